@@ -1,0 +1,137 @@
+"""The ``ctxpress`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+from ctxpress.settings import Settings, get_settings
+
+
+def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.services import StartError, up
+
+    print(f"ctxpress up (state in {settings.state_dir})")
+    started = time.perf_counter()
+    try:
+        timings = up(settings)
+    except StartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"all parts ready in {time.perf_counter() - started:.1f}s "
+          f"({', '.join(f'{k} {v:.1f}s' for k, v in timings.items())})")
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.services import down
+
+    down(settings)
+    print("all parts stopped")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.services import parts
+
+    rows = [part.status() for part in parts(settings)]
+    model = settings.model_path.name if settings.model_path else f"{settings.model_name} (packaged GGUF)"
+    if args.json:
+        print(json.dumps({"parts": [row.__dict__ for row in rows], "model": model}, indent=2))
+    else:
+        for row in rows:
+            state = "running" if row.running else "stopped"
+            kind = "external" if row.external else (f"pid {row.pid}" if row.pid else "")
+            print(f"  {row.name:<18} {state:<8} {kind:<12} {row.address}")
+        print(f"  model: {model}; Triton metrics: {settings.metrics_url()}")
+    return 0 if all(row.running for row in rows) else 3
+
+
+def _cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.client import CompletionClient, request_for_file
+
+    request = request_for_file(Path(args.file), args.line, args.column, max_tokens=args.max_tokens, mode=args.mode)
+
+    async def go() -> dict:
+        async with CompletionClient(settings.effective_nats_url(), settings.completion_subject) as client:
+            return await client.complete(request)
+
+    started = time.perf_counter()
+    reply = asyncio.run(go())
+    wall_ms = (time.perf_counter() - started) * 1000
+    if args.json:
+        print(json.dumps({**reply, "round_trip_ms": wall_ms}, indent=2))
+    elif "error" in reply:
+        print(f"error {reply['error']['code']}: {reply['error']['message']}", file=sys.stderr)
+    else:
+        t = reply["timings"]
+        print(reply["completion"])
+        print(f"-- {reply['model']} ({reply['mode']}, {reply['finish_reason']}); ms: context {t['context_ms']:.1f}, "
+              f"queue {t['queue_ms']:.1f}, prompt {t['prompt_ms']:.0f}, decode {t['decode_ms']:.0f}, "
+              f"total {t['total_ms']:.0f}, round trip {wall_ms:.0f}", file=sys.stderr)
+    return 1 if "error" in reply else 0
+
+
+def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.demo import default_demo_file, demo
+    from ctxpress.services import down, parts, up
+
+    already_up = all(part.status().running for part in parts(settings))
+    if not already_up:
+        print("Starting the appliance…")
+        started = time.perf_counter()
+        up(settings)
+        print(f"up in {time.perf_counter() - started:.1f}s")
+    try:
+        results = demo(settings.effective_nats_url(), Path(args.file) if args.file else default_demo_file(), args.n)
+    finally:
+        if not already_up and not args.keep:
+            print("\nStopping (use --keep to leave it running)…")
+            down(settings)
+    return 0 if results else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctxpress", description="Self-hosted code completion over NATS")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("up", help="start NATS, PostgreSQL, Triton and the workers").set_defaults(func=_cmd_up)
+    sub.add_parser("down", help="stop everything `up` started").set_defaults(func=_cmd_down)
+    status = sub.add_parser("status", help="which parts run, where, with which model")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=_cmd_status)
+
+    complete = sub.add_parser("complete", help="ask for a completion at a cursor, as an IDE does")
+    complete.add_argument("file")
+    complete.add_argument("--line", type=int, required=True, help="0-based")
+    complete.add_argument("--column", type=int, required=True, help="0-based, in characters")
+    complete.add_argument("--max-tokens", type=int, default=64)
+    complete.add_argument("--mode", choices=["optimized", "baseline"], default="optimized")
+    complete.add_argument("--json", action="store_true")
+    complete.set_defaults(func=_cmd_complete)
+
+    demo = sub.add_parser("demo", help="bring everything up and complete a real 2,000-line file")
+    demo.add_argument("--file", help="a Python file (default: a 2,000-line third-party module)")
+    demo.add_argument("-n", type=int, default=4, help="number of cursors")
+    demo.add_argument("--keep", action="store_true", help="leave the appliance running afterwards")
+    demo.set_defaults(func=_cmd_demo)
+
+    from build_engines.cli import register as register_build_commands
+
+    register_build_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command in {"build-engines", "triton-repo"}:
+        return int(args.func(args))  # they stand alone: no appliance settings
+    return int(args.func(args, get_settings()))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,375 @@
+"""Start, stop and inspect the embedded parts of the appliance.
+
+Each part runs as its own detached process (own session, so one signal reaches its
+children too) with a pid file and a log under ``<home>/run`` and ``<home>/logs``.
+``ctxpress up`` can therefore return while the parts keep running, and ``ctxpress
+down`` finds them again from any shell. A part whose URL setting points elsewhere is
+external: we only check that it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ctxpress.settings import Settings
+from db.embedded import EmbeddedPostgres
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class StartError(RuntimeError):
+    pass
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our own finished child
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        # a zombie has exited already
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg also succeeds on zombies; look at each member
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().split(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+@dataclass
+class PartStatus:
+    name: str
+    running: bool
+    external: bool
+    address: str
+    pid: int | None = None
+    detail: str = ""
+
+
+class Part:
+    """One service of the appliance."""
+
+    name: str = ""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @property
+    def pid_file(self) -> Path:
+        return self.settings.run_dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.settings.log_dir / f"{self.name}.log"
+
+    @property
+    def external(self) -> bool:
+        return False
+
+    def address(self) -> str:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def running(self) -> bool:
+        return self.pid() is not None
+
+    def status(self) -> PartStatus:
+        if self.external:
+            return PartStatus(self.name, self.ready(), True, self.address())
+        return PartStatus(self.name, self.running() and self.ready(), False, self.address(), self.pid())
+
+    def start(self, timeout_s: float) -> float:
+        """Start (if needed) and wait until ready; returns seconds taken."""
+        started = time.perf_counter()
+        if self.external:
+            if not self.ready():
+                raise StartError(f"{self.name}: external service at {self.address()} does not answer")
+            return 0.0
+        if not self.running():
+            self.settings.run_dir.mkdir(parents=True, exist_ok=True)
+            self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+            with self.log_file.open("ab") as log:
+                proc = subprocess.Popen(
+                    self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, env=self.env(), cwd=PROJECT_ROOT,
+                )
+            self.pid_file.write_text(f"{proc.pid}\n")
+        deadline = started + timeout_s
+        while not self.ready():
+            if not self.running():
+                raise StartError(f"{self.name} exited during start-up; see {self.log_file}:\n{self._log_tail()}")
+            if time.perf_counter() > deadline:
+                raise StartError(f"{self.name} not ready after {timeout_s:.0f}s; see {self.log_file}")
+            time.sleep(0.1)
+        return time.perf_counter() - started
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout_s
+        # The leader stops its children itself (Triton, the workers); wait for the whole group.
+        while (_pid_alive(pid) or _group_alive(pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _group_alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            while _group_alive(pid) and time.monotonic() < deadline + 5:
+                time.sleep(0.05)
+        self.pid_file.unlink(missing_ok=True)
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class NatsPart(Part):
+    name = "nats"
+
+    @property
+    def external(self) -> bool:
+        return self.settings.nats_url is not None
+
+    def address(self) -> str:
+        return self.settings.effective_nats_url()
+
+    def argv(self) -> list[str]:
+        s = self.settings
+        config = s.state_dir / "nats" / "nats-server.conf"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        # A config file because max_payload has no command-line flag; above the worker's own
+        # request limit so an oversized request reaches the worker and gets a structured error.
+        config.write_text(
+            f'server_name: "ctxpress"\n'
+            f'listen: "{s.bind_host}:{s.nats_port}"\n'
+            f'http: "{s.bind_host}:{s.nats_monitor_port}"\n'
+            f"max_payload: {max(2 * s.max_request_bytes, 1 << 20)}\n"
+            f'jetstream {{ store_dir: "{s.state_dir / "nats"}" }}\n'
+        )
+        binary = Path(sys.executable).parent / "nats-server"
+        return [str(binary), "-c", str(config)]
+
+    def ready(self) -> bool:
+        if self.external:
+            host, _, port = self.address().split("://")[-1].rpartition(":")
+            return _port_open(host, int(port))
+        return _http_ok(f"http://{self.settings.bind_host}:{self.settings.nats_monitor_port}/healthz?js-enabled-only=true")
+
+
+class PostgresPart(Part):
+    name = "postgres"
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.server = EmbeddedPostgres(settings.state_dir / "postgres", settings.bind_host, settings.postgres_port)
+
+    @property
+    def external(self) -> bool:
+        return self.settings.database_url is not None
+
+    def address(self) -> str:
+        return self.settings.effective_database_url()
+
+    def pid(self) -> int | None:
+        return self.server.pid()
+
+    def ready(self) -> bool:
+        if self.external:
+            from db.session import can_connect
+
+            return can_connect(self.address())
+        return _port_open(self.settings.bind_host, self.settings.postgres_port)
+
+    def start(self, timeout_s: float) -> float:
+        started = time.perf_counter()
+        if not self.external and not self.running():
+            self.server.start(timeout_s=timeout_s)
+        elif self.external and not self.ready():
+            raise StartError(f"postgres: external database at {self.address()} does not answer")
+        from db.migrations import migrate
+
+        migrate(self.address())
+        return time.perf_counter() - started
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if not self.external:
+            self.server.stop(timeout_s=timeout_s)
+
+
+class TritonPart(Part):
+    name = "triton"
+
+    @property
+    def external(self) -> bool:
+        return self.settings.triton_url is not None
+
+    def address(self) -> str:
+        return self.settings.effective_triton_url()
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "serving.triton_server"]
+
+    def ready(self) -> bool:
+        if self.external:
+            host, _, port = self.address().rpartition(":")
+            return _port_open(host, int(port))
+        base = f"http://{self.settings.bind_host}:{self.settings.triton_http_port}"
+        return _http_ok(f"{base}/v2/health/ready") and _http_ok(f"{base}/v2/models/ensemble/ready")
+
+
+class CompletionWorkerPart(Part):
+    name = "completion-worker"
+
+    def address(self) -> str:
+        return f"{self.settings.completion_subject} (queue {self.settings.completion_queue})"
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "workers.completion"]
+
+    def ready(self) -> bool:
+        # Ready means it answers: an empty object must come back as a structured error.
+        return _nats_answers(self.settings.effective_nats_url(), self.settings.completion_subject)
+
+
+def _nats_answers(url: str, subject: str) -> bool:
+    async def probe() -> bool:
+        import nats
+        from nats.errors import NoRespondersError, TimeoutError
+
+        try:
+            nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False)
+        except Exception:
+            return False
+        try:
+            reply = await nc.request(subject, b"{}", timeout=1.0)
+            return "error" in json.loads(reply.data)
+        except (NoRespondersError, TimeoutError):
+            return False
+        finally:
+            await nc.close()
+
+    return asyncio.run(probe())
+
+
+def parts(settings: Settings) -> list[Part]:
+    """In start order."""
+    return [NatsPart(settings), PostgresPart(settings), TritonPart(settings), CompletionWorkerPart(settings)]
+
+
+START_TIMEOUTS = {"nats": 30.0, "postgres": 120.0, "triton": 300.0, "completion-worker": 120.0}
+
+
+def up(settings: Settings, report: Callable[[str], None] = print) -> dict[str, float]:
+    from serving.weights import DRAFT, TARGET, ensure_model
+
+    timings: dict[str, float] = {}
+    if settings.triton_url is None and settings.model_path is None:
+        started = time.perf_counter()
+        for model in (TARGET, DRAFT):
+            ensure_model(model, settings.models_dir, progress=_bytes_progress(model.name, report))
+        timings["models"] = time.perf_counter() - started
+    for part in parts(settings):
+        was_running = part.running()
+        report(f"  {part.name:<18} starting…" if not (was_running or part.external) else
+               f"  {part.name:<18} {'external' if part.external else 'already running'}, checking…")
+        seconds = part.start(START_TIMEOUTS[part.name])
+        timings[part.name] = seconds
+        report(f"  {part.name:<18} ready in {seconds:5.1f}s  {part.address()}")
+    return timings
+
+
+def down(settings: Settings, report: Callable[[str], None] = print) -> None:
+    for part in reversed(parts(settings)):
+        if part.external:
+            continue
+        if part.running():
+            part.stop()
+            report(f"  {part.name:<18} stopped")
+
+
+def _bytes_progress(name: str, report: Callable[[str], None]) -> Callable[[int, int], None]:
+    last = [-1]
+
+    def progress(done: int, total: int) -> None:
+        pct = done * 100 // max(total, 1)
+        if pct // 25 != last[0]:
+            last[0] = pct // 25
+            report(f"  model {name}: joining parts {pct:3d}%")
+
+    return progress

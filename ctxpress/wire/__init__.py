@@ -1,0 +1,1 @@
+"""NATS wire formats, one module per protocol version."""

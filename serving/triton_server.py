@@ -1,0 +1,209 @@
+"""The embedded Triton Inference Server: pytriton's bundled tritonserver serving the CPU engine.
+
+Run as its own process (``python -m serving.triton_server``); ``ctxpress up`` starts it.
+The model is named and shaped like TensorRT-LLM's ``ensemble`` (see ``serving.protocol``)
+and is decoupled, so clients stream over gRPC exactly as they would against a GPU
+deployment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import sysconfig
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxpress.settings import Settings, get_settings
+from serving import protocol
+from serving.cpu_engine import EngineConfig, GenerationFigures, LlamaEngine
+
+log = logging.getLogger("ctxpress.triton")
+
+
+def fix_python_stub_library_path() -> None:
+    """Put this interpreter's libpython first on LD_LIBRARY_PATH.
+
+    Triton's Python-backend stub links ``libpython3.11.so``; under pyenv the loader would
+    otherwise find Debian's copy, and every model fails to load with
+    ``'_thread.RLock' object has no attribute '_recursion_count'``. tritonserver is
+    started by pytriton with a copy of our environment, so setting it here is enough.
+    """
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if not libdir:
+        return
+    current = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p and p != libdir]
+    os.environ["LD_LIBRARY_PATH"] = ":".join([libdir, *current])
+
+
+# pytriton puts ZeroMQ ipc sockets in its workspace; a Unix socket path may not exceed
+# 107 bytes, and "<workspace>/ensemble_0_0-server.sock" must fit.
+_SOCKET_PATH_ROOM = 80
+
+
+def short_workspace_path(triton_dir: Path) -> Path:
+    """The workspace lives under the state directory; when that path is too long for the
+    sockets inside it, reach it through a short symbolic link in /tmp instead."""
+    triton_dir.mkdir(parents=True, exist_ok=True)
+    workspace = triton_dir / "workspace"
+    if len(str(workspace)) > _SOCKET_PATH_ROOM:
+        digest = hashlib.sha256(str(triton_dir).encode()).hexdigest()[:12]
+        link = Path(tempfile.gettempdir()) / f"ctxpress-{os.getuid()}-{digest}"
+        if link.is_symlink() and link.resolve() != triton_dir.resolve():
+            link.unlink()
+        if not link.exists():
+            link.symlink_to(triton_dir, target_is_directory=True)
+        workspace = link / "workspace"
+    # pytriton insists on creating the workspace itself; a crash may have left one behind.
+    shutil.rmtree(triton_dir / "workspace", ignore_errors=True)
+    return workspace
+
+
+def _scalar(inputs: dict[str, np.ndarray], name: str, default: Any) -> Any:
+    value = inputs.get(name)
+    if value is None or value.size == 0:
+        return default
+    return value.reshape(-1)[0]
+
+
+def _decode_list(value: np.ndarray | None) -> list[str]:
+    if value is None:
+        return []
+    out = []
+    for item in value.reshape(-1):
+        text = item.decode("utf-8") if isinstance(item, bytes) else str(item)
+        if text:
+            out.append(text)
+    return out
+
+
+def _response(text: str, figures: GenerationFigures) -> dict[str, np.ndarray]:
+    def i32(v: int) -> np.ndarray:
+        return np.array([[v]], dtype=np.int32)
+
+    return {
+        "text_output": np.array([[text.encode("utf-8")]], dtype=object),
+        protocol.CTX_PROMPT_TOKENS: i32(figures.prompt_tokens),
+        protocol.CTX_CACHED_TOKENS: i32(figures.cached_tokens),
+        protocol.CTX_COMPLETION_TOKENS: i32(figures.completion_tokens),
+        protocol.CTX_DRAFT_PROPOSED: i32(figures.draft_proposed),
+        protocol.CTX_DRAFT_ACCEPTED: i32(figures.draft_accepted),
+        protocol.CTX_FINISH_REASON: np.array([[figures.finish_reason.encode()]], dtype=object),
+    }
+
+
+class CompletionModel:
+    """The pytriton inference callable: one request per call (max_batch_size 1)."""
+
+    def __init__(self, engine: LlamaEngine) -> None:
+        self.engine = engine
+
+    def __call__(self, requests: list[Any]) -> Iterator[list[dict[str, np.ndarray]]]:
+        # Decoupled: each yield is one response per request of this call.
+        assert len(requests) == 1, "the CPU engine is bound with max_batch_size=1"
+        inputs = requests[0].data
+        raw = _scalar(inputs, "text_input", b"")
+        prompt = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+        max_tokens = int(_scalar(inputs, "max_tokens", 64))
+        stream = bool(_scalar(inputs, "stream", False))
+        temperature = float(_scalar(inputs, "temperature", 0.0))
+        stop = _decode_list(inputs.get("stop_words"))
+        pieces: list[str] = []
+        for chunk in self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop):
+            if chunk.final:
+                # Streaming clients already have the text; a non-streaming one gets it all now.
+                yield [_response("" if stream else "".join(pieces), chunk.figures)]
+            elif stream:
+                yield [_response(chunk.text, chunk.figures)]
+            else:
+                pieces.append(chunk.text)
+
+
+def _bind_completion_model(triton: Any, engine: LlamaEngine) -> None:
+    from pytriton.model_config import ModelConfig, Tensor
+
+    def spec(t: protocol.TensorSpec, *, output: bool = False) -> Tensor:
+        dtype = {"BYTES": bytes, "INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_}[t.triton_dtype]
+        # Triton has no optional outputs; this engine always produces every figure.
+        return Tensor(name=t.name, dtype=dtype, shape=t.dims, optional=t.optional and not output)
+
+    triton.bind(
+        model_name=protocol.COMPLETION_MODEL,
+        infer_func=CompletionModel(engine),
+        inputs=[spec(t) for t in protocol.COMPLETION_INPUTS],
+        outputs=[spec(t, output=True) for t in protocol.COMPLETION_OUTPUTS + protocol.FIGURE_OUTPUTS],
+        config=ModelConfig(batching=True, max_batch_size=1, decoupled=True),
+        strict=False,
+    )
+
+
+def serve(settings: Settings, model_path: Path) -> int:
+    fix_python_stub_library_path()
+    from pytriton.triton import Triton, TritonConfig
+
+    engine = EngineConfig(model_path=model_path, n_ctx=settings.n_ctx, n_threads=settings.n_threads)
+    log.info("loading %s", model_path)
+    llama = LlamaEngine(engine)
+    workspace = short_workspace_path(settings.state_dir / "triton")
+    config = TritonConfig(
+        http_address=settings.bind_host,
+        http_port=settings.triton_http_port,
+        grpc_address=settings.bind_host,
+        grpc_port=settings.triton_grpc_port,
+        metrics_address=settings.bind_host,
+        metrics_port=settings.triton_metrics_port,
+        allow_metrics=True,
+        allow_cpu_metrics=True,
+        allow_gpu_metrics=False,
+        exit_timeout_secs=5,
+        log_file=settings.state_dir / "logs" / "tritonserver.log",
+    )
+    triton = Triton(config=config, workspace=workspace)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %s: stopping Triton", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    _bind_completion_model(triton, llama)
+    triton.run()
+    log.info("Triton ready: grpc %s:%s, metrics :%s", settings.bind_host, settings.triton_grpc_port,
+             settings.triton_metrics_port)
+    status = 0
+    while not stop.wait(1.0):
+        if not triton.is_alive():
+            log.error("tritonserver died")
+            status = 1
+            break
+    triton.stop()
+    return status
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = get_settings()
+    if len(sys.argv) > 1:
+        model_path = Path(sys.argv[1])
+    elif settings.model_path:
+        model_path = settings.model_path
+    else:
+        from serving.weights import TARGET, ensure_model
+
+        model_path = ensure_model(TARGET, settings.models_dir)
+    (settings.state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    return serve(settings, model_path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

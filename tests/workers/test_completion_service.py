@@ -1,0 +1,89 @@
+"""The real path: NATS -> completion worker -> Triton -> llama.cpp with the 1.5B code model."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from ctxpress.wire.v1 import content_hash
+
+pytestmark = pytest.mark.services
+
+OBVIOUS_PREFIX = "def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n    return a + "
+OBVIOUS_SUFFIX = "\n\n\nprint(add(2, 3))\n"
+OBVIOUS = OBVIOUS_PREFIX + OBVIOUS_SUFFIX
+OBVIOUS_LINE, OBVIOUS_COLUMN = 2, len("    return a + ")
+
+
+def valid(**over: Any) -> dict[str, Any]:
+    return {"repository": "demo", "path": "math_utils.py", "text": OBVIOUS, "line": OBVIOUS_LINE,
+            "column": OBVIOUS_COLUMN, "max_tokens": 8, **over}
+
+
+async def ask(nc: Any, subject: str, payload: bytes, wait_s: float = 120) -> dict[str, Any]:
+    reply = await nc.request(subject, payload, timeout=wait_s)
+    return json.loads(reply.data)
+
+
+async def test_round_trip_completes_the_obvious(appliance: Any, nats_client: Any) -> None:
+    reply = await ask(nats_client, appliance.settings.completion_subject, json.dumps(valid()).encode())
+    assert "error" not in reply, reply
+    assert reply["completion"].strip().startswith("b"), reply["completion"]
+    assert reply["model"] and reply["finish_reason"] in {"stop", "length"}
+    t = reply["timings"]
+    assert t["total_ms"] >= t["prompt_ms"] > 0 and t["decode_ms"] >= 0
+    ctx = reply["context"]
+    assert ctx["strategy"] == "window" and ctx["sources"] == ["window"]
+    assert 0 < ctx["context_tokens"] <= ctx["file_tokens"] + 2
+    assert ctx["prompt_tokens"] > ctx["context_tokens"]  # FIM markers on top
+    assert reply["content_hash"] == content_hash(OBVIOUS)
+
+
+async def test_content_hash_of_a_known_file_is_enough(appliance: Any, nats_client: Any) -> None:
+    subject = appliance.settings.completion_subject
+    first = await ask(nats_client, subject, json.dumps(valid()).encode())
+    assert "error" not in first
+    by_hash = valid(text=None, content_hash=first["content_hash"])
+    del by_hash["text"]
+    second = await ask(nats_client, subject, json.dumps(by_hash).encode())
+    assert "error" not in second, second
+    assert second["completion"] == first["completion"]  # greedy decoding is deterministic
+    assert second["context"]["cached_tokens"] > 0  # the engine reused the identical prompt's KV
+
+
+MALFORMED: list[tuple[str, bytes, str]] = [
+    ("not json", b"{nope", "invalid_json"),
+    ("not an object", b"[1, 2]", "invalid_request"),
+    ("missing fields", json.dumps({"repository": "r"}).encode(), "invalid_request"),
+    ("wrong types", json.dumps(valid(line="two")).encode(), "invalid_request"),
+    ("cursor past the end", json.dumps(valid(line=99)).encode(), "cursor_out_of_range"),
+    ("column past the line", json.dumps(valid(line=0, column=500)).encode(), "cursor_out_of_range"),
+    ("unknown language", json.dumps(valid(language="cobol-2099")).encode(), "unsupported_language"),
+    ("unknown hash", json.dumps({**{k: v for k, v in valid().items() if k != "text"},
+                                 "content_hash": "ab" * 32}).encode(), "unknown_content"),
+    ("oversized", json.dumps(valid(text="x = 1\n" * 1_000_000)).encode(), "payload_too_large"),
+]
+
+
+@pytest.mark.parametrize(("label", "payload", "code"), MALFORMED, ids=[m[0] for m in MALFORMED])
+async def test_malformed_request_gets_structured_error(appliance: Any, nats_client: Any, label: str,
+                                                       payload: bytes, code: str) -> None:
+    started = time.perf_counter()
+    reply = await ask(nats_client, appliance.settings.completion_subject, payload, wait_s=10)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    assert set(reply) == {"error"}, reply
+    assert reply["error"]["code"] == code
+    assert reply["error"]["message"]
+    assert elapsed_ms < 2000, f"an error reply must be fast, took {elapsed_ms:.0f} ms"
+
+
+async def test_worker_keeps_serving_after_bad_requests(appliance: Any, nats_client: Any) -> None:
+    subject = appliance.settings.completion_subject
+    for _, payload, _ in MALFORMED:
+        await ask(nats_client, subject, payload, wait_s=10)
+    reply = await ask(nats_client, subject, json.dumps(valid()).encode())
+    assert "error" not in reply, reply
+    assert reply["completion"].strip().startswith("b")

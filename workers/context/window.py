@@ -1,0 +1,93 @@
+"""The baseline context: a +-N-line sliding window around the cursor, as FIM prefix/suffix.
+
+This is what the seed measured against, and ``mode=baseline`` keeps it unchanged
+forever so that every optimisation has a fixed yardstick. When the window exceeds the
+token budget, whole lines are dropped from the far ends: the prefix keeps three
+quarters of the budget, the suffix the rest (code before the cursor matters more).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PREFIX_SHARE = 0.75
+
+
+class CursorOutOfRange(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Window:
+    prefix: str
+    suffix: str
+    start_line: int  # first line in the window (0-based)
+    end_line: int  # last line in the window (0-based, inclusive)
+    truncated: bool  # the token budget cut lines from the window
+    tokens: int
+
+
+def split_at_cursor(text: str, line: int, column: int) -> tuple[list[str], str, str]:
+    """Lines of the file (with their endings) and the cursor line cut in two."""
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[-1].endswith(("\n", "\r")):
+        lines.append("")  # the empty line after a trailing newline is a valid cursor position
+    if line >= len(lines):
+        raise CursorOutOfRange(f"line {line} is past the end of the file ({len(lines)} lines)")
+    current = lines[line]
+    body = current.rstrip("\r\n")
+    if column > len(body):
+        raise CursorOutOfRange(f"column {column} is past the end of line {line} ({len(body)} characters)")
+    return lines, current[:column], current[column:]
+
+
+def baseline_window(
+    text: str,
+    line: int,
+    column: int,
+    *,
+    count_tokens: Callable[[str], int],
+    window_lines: int = 200,
+    budget_tokens: int = 1024,
+) -> Window:
+    lines, before, after = split_at_cursor(text, line, column)
+    first = max(0, line - window_lines)
+    last = min(len(lines) - 1, line + window_lines)
+    above = lines[first:line]
+    below = lines[line + 1 : last + 1]
+
+    prefix_budget = int(budget_tokens * PREFIX_SHARE)
+    used_before = count_tokens(before)
+    used_after = count_tokens(after)
+    truncated = False
+
+    kept_above: list[str] = []
+    for text_line in reversed(above):
+        cost = count_tokens(text_line)
+        if used_before + cost > prefix_budget:
+            truncated = True
+            break
+        kept_above.append(text_line)
+        used_before += cost
+    kept_above.reverse()
+
+    # The suffix gets what the prefix left over, so a short prefix does not waste budget.
+    suffix_budget = budget_tokens - used_before
+    kept_below: list[str] = []
+    for text_line in below:
+        cost = count_tokens(text_line)
+        if used_after + cost > suffix_budget:
+            truncated = True
+            break
+        kept_below.append(text_line)
+        used_after += cost
+
+    return Window(
+        prefix="".join(kept_above) + before,
+        suffix=after + "".join(kept_below),
+        start_line=line - len(kept_above),
+        end_line=line + len(kept_below),
+        truncated=truncated,
+        tokens=used_before + used_after,
+    )
