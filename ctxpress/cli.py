@@ -95,6 +95,13 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if results else 1
 
 
+def _explain(argv: list[str]) -> int:
+    # A process of its own: context assembly lives in workers/, which nothing imports.
+    import subprocess
+
+    return subprocess.call([sys.executable, "-m", "workers.context.cli", *argv])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxpress", description="Self-hosted code completion over NATS")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -120,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep", action="store_true", help="leave the appliance running afterwards")
     demo.set_defaults(func=_cmd_demo)
 
+    sub.add_parser("explain", help="show the context chosen for a cursor and why (see `ctxpress explain -h`)",
+                   add_help=False)
+
     from build_engines.cli import register as register_build_commands
 
     register_build_commands(sub)
@@ -127,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["explain"]:
+        return _explain(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command in {"build-engines", "triton-repo"}:
         return int(args.func(args))  # they stand alone: no appliance settings

@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     max_request_bytes: int = 4 * 1024 * 1024
     window_lines: int = 200  # the seed's baseline: +-200 lines around the cursor
     context_budget_tokens: int = 1024
+    # Above this, optimized context assembly gives up and the baseline window is used.
+    assembly_timeout_ms: float = 20.0
     default_max_tokens: int = 64
 
     @cached_property

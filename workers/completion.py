@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from ctxpress.languages import language_from_path
 from ctxpress.settings import Settings, get_settings
 from ctxpress.wire.v1 import (
+    BlockReport,
     CompletionRequest,
     CompletionResponse,
     ContextReport,
@@ -35,6 +36,7 @@ from ctxpress.wire.v1 import (
     UnsupportedLanguage,
     content_hash,
 )
+from indexer.symbols import warm_up
 from serving import protocol
 from serving.fim import STOP_WORDS, fim_prompt
 from serving.triton_client import (
@@ -42,7 +44,8 @@ from serving.triton_client import (
     InferenceUnavailable,
     TritonCompletionClient,
 )
-from workers.context.window import CursorOutOfRange, baseline_window
+from workers.context.assemble import assemble_context
+from workers.context.window import CursorOutOfRange, Window, baseline_window, split_at_cursor
 from workers.file_store import FileStore
 from workers.postprocess import clean_completion
 
@@ -99,7 +102,7 @@ class CompletionService:
         self.count_tokens = count_tokens
         self.model_name = model_name
         self.files = FileStore()
-        self._file_tokens: dict[str, int] = {}
+        self._file_tokens_cache: dict[str, int] = {}
 
     async def handle(self, data: bytes, received_at: float) -> bytes:
         """One request in, one reply out; never raises."""
@@ -141,31 +144,67 @@ class CompletionService:
         language = request.language or language_from_path(request.path)
         budget = request.budget_tokens or self.settings.context_budget_tokens
         try:
-            window = baseline_window(
+            split_at_cursor(text, request.line, request.column)
+        except CursorOutOfRange as exc:
+            raise RequestError(ErrorCode.CURSOR_OUT_OF_RANGE, str(exc)) from None
+
+        def window() -> Window:
+            return baseline_window(
                 text, request.line, request.column,
                 count_tokens=self.count_tokens,
                 window_lines=self.settings.window_lines,
                 budget_tokens=budget,
             )
-        except CursorOutOfRange as exc:
-            raise RequestError(ErrorCode.CURSOR_OUT_OF_RANGE, str(exc)) from None
-        file_tokens = self._file_tokens.get(digest)
-        if file_tokens is None:
-            file_tokens = self.count_tokens(text)
-            if len(self._file_tokens) > 4096:
-                self._file_tokens.clear()
-            self._file_tokens[digest] = file_tokens
-        report = ContextReport(
-            strategy="window",
-            sources=["window"],
-            file_tokens=file_tokens,
-            # counted whole: per-line sums (used for packing) overcount at line seams
-            context_tokens=self.count_tokens(window.prefix) + self.count_tokens(window.suffix),
-            window_start_line=window.start_line,
-            window_end_line=window.end_line,
-            truncated=window.truncated,
+
+        if request.mode == "baseline":
+            w = window()
+            report = ContextReport(
+                strategy="window",
+                sources=["window"],
+                file_tokens=0,
+                # counted whole: per-line sums (used for packing) overcount at line seams
+                context_tokens=self.count_tokens(w.prefix) + self.count_tokens(w.suffix),
+                window_start_line=w.start_line,
+                window_end_line=w.end_line,
+                truncated=w.truncated,
+                budget_tokens=budget,
+            )
+            return Prepared(fim_prompt(w.prefix, w.suffix), w.suffix, report, language, digest)
+
+        def fallback() -> tuple[str, str]:
+            w = window()
+            return w.prefix, w.suffix
+
+        ctx = assemble_context(
+            text, request.path, request.line, request.column,
+            count_tokens=self.count_tokens,
+            budget_tokens=budget,
+            language=request.language,
+            recent_edit_lines=request.recent_edits or (),
+            timeout_ms=self.settings.assembly_timeout_ms,
+            fallback=fallback,
         )
-        return Prepared(fim_prompt(window.prefix, window.suffix), window.suffix, report, language, digest)
+        report = ContextReport(
+            strategy=ctx.strategy,
+            sources=sorted({b.kind for b in ctx.blocks}) or ["window"],
+            file_tokens=0,
+            context_tokens=ctx.context_tokens,
+            degraded=ctx.fallback_reason,
+            budget_tokens=budget,
+            blocks=[BlockReport(**vars(b)) for b in ctx.blocks],
+            dropped=[BlockReport(**vars(b)) for b in ctx.dropped],
+        )
+        return Prepared(fim_prompt(ctx.prefix, ctx.suffix), ctx.suffix, report, language, digest)
+
+    def _file_tokens(self, text: str, digest: str) -> int:
+        """Exact whole-file token count, for the report; cached per file version."""
+        count = self._file_tokens_cache.get(digest)
+        if count is None:
+            count = self.count_tokens(text)
+            if len(self._file_tokens_cache) > 4096:
+                self._file_tokens_cache.clear()
+            self._file_tokens_cache[digest] = count
+        return count
 
     async def _complete(self, request: CompletionRequest, request_id: str, received_at: float) -> CompletionResponse:
         started = time.perf_counter()
@@ -174,6 +213,8 @@ class CompletionService:
         loop = asyncio.get_running_loop()
         prepared = await loop.run_in_executor(None, partial(self._prepare, request, text, digest))
         context_ms = (time.perf_counter() - started) * 1000
+        # Counting the whole file is for the report only: do it while the model works.
+        file_tokens = loop.run_in_executor(None, self._file_tokens, text, digest)
         try:
             result = await self.triton.complete(
                 prepared.prompt,
@@ -188,6 +229,7 @@ class CompletionService:
         except Exception as exc:  # any other inference failure: reply, do not hang
             raise RequestError(ErrorCode.INFERENCE_FAILED, f"inference failed: {exc}") from None
         report = prepared.report
+        report.file_tokens = await file_tokens
         report.prompt_tokens = result.figures.get(protocol.CTX_PROMPT_TOKENS)
         report.cached_tokens = result.figures.get(protocol.CTX_CACHED_TOKENS)
         total_ms = (time.perf_counter() - received_at) * 1000
@@ -225,6 +267,8 @@ def load_tokenizer(settings: Settings) -> Callable[[str], int]:
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     count_tokens = await loop.run_in_executor(None, load_tokenizer, settings)
+    # Load every grammar and query now rather than on the first request of each language.
+    await loop.run_in_executor(None, warm_up)
     triton = TritonCompletionClient(settings.effective_triton_url())
     service = CompletionService(settings, triton, count_tokens, settings.model_name)
     nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-completion-worker",

@@ -62,6 +62,8 @@ class CompletionRequest(BaseModel):
     max_tokens: int = Field(default=64, ge=1, le=MAX_TOKENS_LIMIT)
     mode: Literal["optimized", "baseline"] = "optimized"
     budget_tokens: int | None = Field(default=None, ge=64, le=16384)
+    # Line ranges (0-based, inclusive) the developer edited recently, most recent first.
+    recent_edits: list[tuple[int, int]] | None = Field(default=None, max_length=64)
     request_id: str | None = Field(default=None, max_length=128)
 
     @model_validator(mode="after")
@@ -87,8 +89,20 @@ class Timings(BaseModel):
     total_ms: float = 0.0
 
 
+class BlockReport(BaseModel):
+    """One piece of the assembled context, and why it is there (or was dropped)."""
+
+    kind: str
+    name: str
+    start_line: int  # 0-based, inclusive
+    end_line: int
+    form: str  # "whole" | "summary" | "partial"
+    tokens: int
+    reason: str
+
+
 class ContextReport(BaseModel):
-    strategy: str  # "window" for the baseline
+    strategy: str  # "window" (baseline), "ast" (optimized) or "window-fallback" (optimized, degraded)
     sources: list[str]
     file_tokens: int
     context_tokens: int  # tokens of prefix + suffix sent to the model
@@ -98,6 +112,9 @@ class ContextReport(BaseModel):
     window_end_line: int | None = None
     truncated: bool = False
     degraded: str | None = None  # why an optional part fell back to the baseline path
+    budget_tokens: int | None = None
+    blocks: list[BlockReport] = Field(default_factory=list)
+    dropped: list[BlockReport] = Field(default_factory=list)
 
 
 class CompletionResponse(BaseModel):

@@ -28,15 +28,22 @@ async def ask(nc: Any, subject: str, payload: bytes, wait_s: float = 120) -> dic
     return json.loads(reply.data)
 
 
-async def test_round_trip_completes_the_obvious(appliance: Any, nats_client: Any) -> None:
-    reply = await ask(nats_client, appliance.settings.completion_subject, json.dumps(valid()).encode())
+@pytest.mark.parametrize("mode", ["baseline", "optimized"])
+async def test_round_trip_completes_the_obvious(appliance: Any, nats_client: Any, mode: str) -> None:
+    reply = await ask(nats_client, appliance.settings.completion_subject, json.dumps(valid(mode=mode)).encode())
     assert "error" not in reply, reply
+    assert reply["mode"] == mode
     assert reply["completion"].strip().startswith("b"), reply["completion"]
     assert reply["model"] and reply["finish_reason"] in {"stop", "length"}
     t = reply["timings"]
     assert t["total_ms"] >= t["prompt_ms"] > 0 and t["decode_ms"] >= 0
     ctx = reply["context"]
-    assert ctx["strategy"] == "window" and ctx["sources"] == ["window"]
+    if mode == "baseline":
+        assert ctx["strategy"] == "window" and ctx["sources"] == ["window"]
+    else:
+        assert ctx["strategy"] == "ast", ctx
+        enclosing = [b for b in ctx["blocks"] if b["kind"] == "function" and b["name"] == "add"]
+        assert enclosing and enclosing[0]["start_line"] == 0 and enclosing[0]["form"] == "whole", ctx["blocks"]
     assert 0 < ctx["context_tokens"] <= ctx["file_tokens"] + 2
     assert ctx["prompt_tokens"] > ctx["context_tokens"]  # FIM markers on top
     assert reply["content_hash"] == content_hash(OBVIOUS)

@@ -1,0 +1,59 @@
+"""Each supported language parses and crops: enclosing block whole, referenced helper before the
+unreferenced one, prefix ending exactly at the cursor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from ctx_samples import EXPECTED, SAMPLES, split_cursor
+
+from workers.context.assemble import assemble_context
+
+
+@pytest.mark.parametrize("language", sorted(SAMPLES))
+def test_language_crops_around_the_enclosing_block(language: str, count_tokens: Callable[[str], int]) -> None:
+    filename, marked = SAMPLES[language]
+    text, line, column = split_cursor(marked)
+    enclosing, helper, unrelated = EXPECTED[language]
+    ctx = assemble_context(text, filename, line, column, count_tokens=count_tokens, budget_tokens=1024,
+                           timeout_ms=2000)
+    assert ctx.strategy == "ast", ctx.fallback_reason
+    assert ctx.language == language
+    # The prefix is the file's text up to the cursor, at its end.
+    cursor_offset = sum(len(x) for x in text.splitlines(keepends=True)[:line]) + column
+    assert ctx.prefix.endswith(text[max(0, cursor_offset - 40):cursor_offset])
+    # The enclosing block is the first reported block, whole.
+    first = ctx.blocks[0]
+    assert first.name.split(".")[-1] == enclosing
+    assert first.form == "whole"
+    assert first.start_line <= line <= first.end_line
+    # The referenced helper is chosen and ranked before any unreferenced function.
+    names = [b.name.split(".")[-1] for b in ctx.blocks]
+    assert helper in names, names
+    helper_block = ctx.blocks[names.index(helper)]
+    assert "referenced" in helper_block.reason
+    if unrelated and unrelated in names:
+        assert names.index(helper) < names.index(unrelated)
+        assert "referenced" not in ctx.blocks[names.index(unrelated)].reason
+    assert ctx.context_tokens <= 1024
+
+
+@pytest.mark.parametrize("language", sorted(SAMPLES))
+def test_tight_budget_keeps_helper_before_unreferenced(language: str, count_tokens: Callable[[str], int]) -> None:
+    filename, marked = SAMPLES[language]
+    text, line, column = split_cursor(marked)
+    enclosing, helper, unrelated = EXPECTED[language]
+    whole = assemble_context(text, filename, line, column, count_tokens=count_tokens, timeout_ms=2000)
+    budget = whole.blocks[0].tokens + 60  # the enclosing block and a little more
+    ctx = assemble_context(text, filename, line, column, count_tokens=count_tokens, budget_tokens=budget,
+                           timeout_ms=2000)
+    assert ctx.context_tokens <= budget
+    chosen = [b.name.split(".")[-1] for b in ctx.blocks]
+    assert chosen[0] == enclosing
+    if unrelated and unrelated in chosen and helper not in chosen:
+        # Lower priority may only fill space the referenced helper could not use.
+        dropped = {b.name.split(".")[-1]: b for b in ctx.dropped}
+        unrelated_block = ctx.blocks[chosen.index(unrelated)]
+        assert dropped[helper].tokens > unrelated_block.tokens
+        assert "does not fit" in dropped[helper].reason

@@ -1,0 +1,351 @@
+"""Assembly entry point: the in-file context of one completion request, with its explanation.
+
+Pipeline: parse (cached, incremental) -> symbol table -> enclosing block (mandatory) ->
+candidates from each source (class header, references, recent edits, imports/constants,
+neighbours) -> one packing pass in priority order under the token budget -> rendering (excerpts
+in file order, then the enclosing block up to the cursor) -> a check of the real token count.
+
+Any failure (unsupported language, parse failure, exception, or the assembly running past
+``timeout_ms``) degrades to the baseline window for that request: logged, counted in
+``FALLBACK_COUNTS``, and the request still gets a prompt.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from indexer.parsing import TREE_CACHE, TreeCache, detect_language, is_supported, normalize_language
+from indexer.summaries import elision_marker
+from indexer.symbols import FileSymbols, extract_symbols, has_wide_error
+from workers.context.class_header import class_header_candidates
+from workers.context.enclosing import Enclosing, find_enclosing
+from workers.context.imports import import_candidates
+from workers.context.neighbours import neighbour_candidates
+from workers.context.packing import (
+    Candidate,
+    Form,
+    TokenCounter,
+    memoized,
+    merge_duplicates,
+    pack,
+    render_prompt,
+)
+from workers.context.recent_edits import recent_edit_candidates
+from workers.context.references import referenced_candidates
+from workers.context.window import baseline_window
+
+log = logging.getLogger("ctxpress.context")
+
+# Fallbacks by cause ("unsupported-language", "parse-failure", "timeout", "error"); the worker
+# exports these as metrics.
+FALLBACK_COUNTS: Counter[str] = Counter()
+
+DEFAULT_BUDGET_TOKENS = 1024
+# One referenced/edited block may take at most this share of the budget whole; beyond that its
+# summary is used, so that one large helper cannot crowd out every other signature.
+MAX_WHOLE_SHARE = 0.25
+# Dropped blocks retried against the real rendered count (each retry renders and counts once).
+SECOND_CHANCE_MAX = 6
+
+
+@dataclass
+class ContextBlock:
+    kind: str
+    name: str
+    start_line: int  # 0-based, inclusive
+    end_line: int
+    form: str  # "whole" | "summary" | "partial"
+    tokens: int
+    reason: str
+
+
+@dataclass
+class AssembledContext:
+    prefix: str  # excerpts + the code up to the cursor; ends exactly at the cursor
+    suffix: str  # budgeted code after the cursor (FIM)
+    blocks: list[ContextBlock]
+    dropped: list[ContextBlock]
+    strategy: str  # "ast" | "window-fallback"
+    fallback_reason: str | None
+    file_tokens: int
+    context_tokens: int
+    elapsed_ms: float
+    # Additions beyond the worker's contract, for logs and `ctxpress explain`.
+    path: str = ""
+    language: str | None = None
+    line: int = 0
+    column: int = 0
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS
+    file_tokens_exact: bool = False
+    file_lines: int = 0
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def compression_ratio(self) -> float:
+        return self.file_tokens / self.context_tokens if self.context_tokens else 0.0
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _ParseFailure(Exception):
+    pass
+
+
+def _window_fallback(text: str, line: int, column: int, count_tokens: TokenCounter, budget: int) -> tuple[str, str]:
+    """The baseline window, used when AST assembly is impossible and the caller gave no fallback."""
+    lines = text.splitlines(keepends=True) or [""]
+    line = max(0, min(line, len(lines) - 1))
+    column = max(0, min(column, len(lines[line].rstrip("\r\n"))))
+    window = baseline_window(text, line, column, count_tokens=count_tokens, budget_tokens=budget)
+    return window.prefix, window.suffix
+
+
+def _block(c: Candidate, form: Form | None, reason: str | None = None) -> ContextBlock:
+    f = form or c.forms[-1]
+    why = reason or c.reason
+    if form is not None and form.note:
+        why = f"{why}; {form.note}"
+    return ContextBlock(kind=c.kind, name=c.name, start_line=c.start_line, end_line=c.end_line, form=f.name,
+                        tokens=f.tokens, reason=why)
+
+
+def assemble_context(
+    text: str,
+    path: str,
+    line: int,
+    column: int,
+    *,
+    count_tokens: Callable[[str], int],
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+    language: str | None = None,
+    recent_edit_lines: Sequence[tuple[int, int]] = (),
+    timeout_ms: float = 20.0,
+    fallback: Callable[[], tuple[str, str]] | None = None,
+    exact_file_tokens: bool = False,
+    cache: TreeCache | None = None,
+) -> AssembledContext:
+    """Assemble the in-file context for a cursor at 0-based (line, column) of ``text``.
+
+    ``recent_edit_lines``: 0-based inclusive line ranges, most recent first (IDE edits and
+    ``indexer.changes.changed_line_ranges``). ``exact_file_tokens``: count the whole file with
+    ``count_tokens`` (slow with a real tokenizer on big files: ~100 ms for 40k tokens), otherwise
+    it is estimated from the characters-per-token of the assembled context.
+    """
+    t0 = time.perf_counter()
+    deadline = t0 + timeout_ms / 1000.0
+    lang = normalize_language(language) if language else detect_language(path, text)
+    base = dict(path=path, language=lang, line=line, column=column, budget_tokens=budget_tokens,
+                file_lines=text.count("\n") + 1)
+    if not is_supported(lang):
+        return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0,
+                         "unsupported-language", f"unsupported language: {lang or 'unknown'}", base)
+    assert lang is not None
+    count_tokens = memoized(count_tokens)
+    try:
+        result = _assemble(text, path, lang, line, column, count_tokens, budget_tokens, recent_edit_lines,
+                           deadline, cache if cache is not None else TREE_CACHE)
+    except _Timeout:
+        return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0, "timeout",
+                         f"assembly exceeded {timeout_ms:g} ms", base)
+    except _ParseFailure as exc:
+        return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0, "parse-failure",
+                         f"parse failure: {exc}", base)
+    except Exception as exc:  # never fail the request over its context: degrade and say why
+        log.exception("context assembly failed for %s", path)
+        return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0, "error",
+                         f"error: {type(exc).__name__}: {exc}", base)
+    if exact_file_tokens:
+        t_count = time.perf_counter()
+        result.file_tokens = count_tokens(text)
+        result.file_tokens_exact = True
+        result.timings_ms["file_tokens"] = (time.perf_counter() - t_count) * 1000.0
+    else:
+        shown_chars = len(result.prefix) + len(result.suffix)
+        per_char = result.context_tokens / shown_chars if shown_chars else 0.25
+        result.file_tokens = max(result.context_tokens, round(len(text) * per_char))
+    result.elapsed_ms = (time.perf_counter() - t0) * 1000.0
+    for k, v in base.items():
+        setattr(result, k, v)
+    return result
+
+
+def _fallback(
+    text: str, line: int, column: int, count_tokens: TokenCounter, budget: int,
+    fallback: Callable[[], tuple[str, str]] | None, t0: float, cause: str, reason: str, base: dict[str, object],
+) -> AssembledContext:
+    FALLBACK_COUNTS[cause] += 1
+    log.warning("context fallback to baseline window for %s: %s", base.get("path"), reason)
+    prefix, suffix = fallback() if fallback is not None else _window_fallback(text, line, column, count_tokens, budget)
+    tokens = count_tokens(prefix) + count_tokens(suffix)
+    shown = len(prefix) + len(suffix)
+    file_tokens = max(tokens, round(len(text) * tokens / shown)) if shown else tokens
+    ctx = AssembledContext(
+        prefix=prefix, suffix=suffix, blocks=[], dropped=[], strategy="window-fallback", fallback_reason=reason,
+        file_tokens=file_tokens, context_tokens=tokens, elapsed_ms=(time.perf_counter() - t0) * 1000.0,
+    )
+    for k, v in base.items():
+        setattr(ctx, k, v)
+    return ctx
+
+
+def _check(deadline: float, timings: dict[str, float], stage: str, t_stage: float) -> float:
+    now = time.perf_counter()
+    timings[stage] = (now - t_stage) * 1000.0
+    if now > deadline:
+        raise _Timeout(stage)
+    return now
+
+
+def _assemble(
+    text: str, path: str, lang: str, line: int, column: int, count_tokens: TokenCounter, budget: int,
+    recent_edit_lines: Sequence[tuple[int, int]], deadline: float, cache: TreeCache,
+) -> AssembledContext:
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    parsed = cache.get(path, text, lang)
+    t = _check(deadline, timings, "parse", t)
+    line = max(0, min(line, parsed.line_count - 1))
+    table = extract_symbols(parsed)
+    if parsed.tree.root_node.has_error and has_wide_error(parsed):
+        # Unfinished code on the cursor line can wreck error recovery for the rest of the file:
+        # try the file without that line and keep whichever tree yields more declarations.
+        repaired = extract_symbols(parsed.with_line_blanked(line))
+        if len(repaired.symbols) > len(table.symbols):
+            table = repaired
+            parsed = repaired.parsed
+    root = parsed.tree.root_node
+    # Half-typed code always has error nodes; only a tree with nothing recognisable is a failure.
+    if root.has_error and not table.symbols and text.strip():
+        raise _ParseFailure("no declarations recognised in an erroneous tree")
+    t = _check(deadline, timings, "symbols", t)
+
+    cursor_byte = parsed.cursor_byte(line, column)
+    lang_marker_tokens = count_tokens(elision_marker(lang, 999, 1099, "    "))
+    file_lines = text.splitlines()
+
+    enclosing_budget = budget
+    for _attempt in range(3):
+        enc = find_enclosing(table, line, cursor_byte, enclosing_budget, count_tokens, lang_marker_tokens)
+        remaining = budget - enc.tokens - lang_marker_tokens
+        candidates = _candidates(table, enc, line, recent_edit_lines)
+        t = _check(deadline, timings, "candidates", t)
+        result = pack(candidates, max(0, remaining), count_tokens, lang_marker_tokens,
+                      max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges)
+        chosen, dropped = result.chosen, result.dropped
+        # Token counts of pieces are not exactly additive (merges across boundaries, markers):
+        # check the rendered prompt and shed the lowest-priority blocks until it fits.
+        while True:
+            rendered = render_prompt(chosen, enc.prefix_pieces, enc.suffix, lang, file_lines)
+            total = count_tokens(rendered.prefix) + count_tokens(rendered.suffix)
+            if total <= budget or not chosen:
+                break
+            victim = max(chosen, key=lambda c: c.priority)
+            chosen.remove(victim)
+            victim.drop_reason = f"shed after rendering: prompt was {total} tokens > budget {budget}"
+            dropped.append(victim)
+        t = _check(deadline, timings, "pack", t)
+        # The estimate is pessimistic (a marker per piece): offer the slack of the real count to
+        # the dropped blocks, by their estimates, then verify with one more real count.
+        slack = budget - total
+        added: list[Candidate] = []
+        for cand in sorted(dropped, key=lambda c: c.priority)[:SECOND_CHANCE_MAX]:
+            fitting = [f for f in cand.forms if f.tokens and f.tokens - lang_marker_tokens <= slack]
+            if fitting:
+                cand.chosen = fitting[0]
+                slack -= fitting[0].tokens - lang_marker_tokens
+                added.append(cand)
+        if added:
+            trial = render_prompt([*chosen, *added], enc.prefix_pieces, enc.suffix, lang, file_lines)
+            trial_total = count_tokens(trial.prefix) + count_tokens(trial.suffix)
+            if trial_total <= budget:
+                chosen += added
+                for cand in added:
+                    dropped.remove(cand)
+                rendered, total = trial, trial_total
+            else:
+                for cand in added:
+                    cand.chosen = None
+        t = _check(deadline, timings, "second-chance", t)
+        if total <= budget:
+            break
+        enclosing_budget = max(1, enclosing_budget - (total - budget) - lang_marker_tokens)
+    blocks = [ContextBlock(kind=enc.kind, name=enc.name, start_line=enc.start_line, end_line=enc.end_line,
+                           form=enc.form, tokens=enc.tokens, reason=enc.reason)]
+    blocks += [_block(c, c.chosen) for c in sorted(chosen, key=lambda c: c.priority)]
+    dropped_blocks = [_block(c, None, f"{c.drop_reason} ({c.reason})")
+                      for c in sorted(dropped, key=lambda c: c.priority)]
+    return AssembledContext(
+        prefix=rendered.prefix, suffix=rendered.suffix, blocks=blocks, dropped=dropped_blocks, strategy="ast",
+        fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0, timings_ms=timings,
+    )
+
+
+def _candidates(
+    table: FileSymbols, enc: Enclosing, line: int, recent_edit_lines: Sequence[tuple[int, int]]
+) -> list[Candidate]:
+    parsed = table.parsed
+    sym = enc.symbol
+    out: list[Candidate] = []
+    header = class_header_candidates(table, line, sym)
+    out += header
+    covered = [(p.start_line, p.end_line) for c in header for p in c.forms[0].pieces]
+    # References: from what the model will see of the enclosing block, nearest the cursor first.
+    start = min(a for a, _ in enc.shown_ranges)
+    end = max(b for _, b in enc.shown_ranges)
+    region = (parsed.line_byte(start), parsed.line_end_byte(end))
+    refs = [c for c in referenced_candidates(table, region, line, sym)
+            if not any(a <= c.start_line and c.end_line <= b for a, b in covered)]
+    out += refs
+    out += recent_edit_candidates(table, recent_edit_lines, line)
+    referenced_idx = {int(c.key.split(":")[1]) for c in refs if c.key.startswith("sym:")}
+    used_names = set(parsed.text(*region).replace(".", " ").split()) if region[1] - region[0] < 200_000 else set()
+    out += import_candidates(table, _identifier_words(used_names), referenced_idx)
+    out += neighbour_candidates(table, line, sym, referenced_idx)
+    return merge_duplicates(out)
+
+
+def _identifier_words(tokens: set[str]) -> set[str]:
+    words: set[str] = set()
+    for tok in tokens:
+        words.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", tok))
+    return words
+
+
+def explain(ctx: AssembledContext) -> str:
+    """Human-readable context report: what was chosen and why, what was dropped, and the prompt."""
+    out: list[str] = []
+    ratio = f"{ctx.compression_ratio:.1f}:1" if ctx.context_tokens else "n/a"
+    out.append(f"context for {ctx.path or '<text>'} at line {ctx.line + 1}, column {ctx.column + 1} "
+               f"(language: {ctx.language or 'unknown'})")
+    out.append(f"strategy: {ctx.strategy}" + (f" (fallback: {ctx.fallback_reason})" if ctx.fallback_reason else ""))
+    approx = "" if ctx.file_tokens_exact else "~"
+    out.append(f"tokens: {ctx.context_tokens} of budget {ctx.budget_tokens}; file {approx}{ctx.file_tokens} tokens "
+               f"in {ctx.file_lines} lines; compression {ratio}; assembled in {ctx.elapsed_ms:.1f} ms")
+    if ctx.timings_ms:
+        out.append("stages: " + ", ".join(f"{k} {v:.1f} ms" for k, v in ctx.timings_ms.items()))
+    out.append("")
+
+    def table(title: str, rows: list[ContextBlock]) -> None:
+        out.append(f"{title} ({len(rows)}):")
+        if not rows:
+            out.append("  (none)")
+        for i, b in enumerate(rows, 1):
+            out.append(f"  {i:>2}. {b.kind:<11} {b.name:<36} lines {b.start_line + 1}-{b.end_line + 1}  "
+                       f"{b.form:<7} {b.tokens:>5} tok  {b.reason}")
+
+    table("chosen", ctx.blocks)
+    table("dropped for the budget", ctx.dropped)
+    out.append("")
+    out.append("----- prompt prefix (ends at the cursor) -----")
+    out.append(ctx.prefix + "<CURSOR>")
+    out.append("----- prompt suffix -----")
+    out.append(ctx.suffix)
+    out.append("----- end -----")
+    return "\n".join(out)

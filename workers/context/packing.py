@@ -1,0 +1,272 @@
+"""Ranking and packing of context candidates into a token budget, and rendering of the prompt.
+
+Every source module (enclosing block, class header, references, recent edits, imports,
+neighbours) turns what it found into ``Candidate``s: a priority (tier, rank), a reason, and one
+or more ``Form``s from richest to cheapest (whole block, structured summary). Packing is one
+pass in priority order: the richest form that fits (and is not larger than a share of the
+budget, so that one big block cannot starve everything after it), else a cheaper one, else the
+candidate is dropped and reported as such.
+
+Rendering puts the chosen excerpts in file order with elision markers between them, and the
+enclosing block last, so the prompt prefix ends exactly at the cursor and its stable part (what
+does not change while the user types inside one function) comes first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from indexer.summaries import elision_marker
+
+TokenCounter = Callable[[str], int]
+
+# Priority tiers, nearest first (the seed's order); lower is more important.
+TIER_ENCLOSING = 0
+TIER_CLASS_HEADER = 1
+TIER_REFERENCED = 2
+TIER_RECENT_EDIT = 3
+TIER_IMPORTS = 4
+TIER_NEIGHBOURS = 5
+
+# No tokenizer packs code denser than this; text longer than budget * this cannot fit.
+MAX_CHARS_PER_TOKEN = 12
+
+
+class MemoCounter:
+    """Remembers token counts of short texts across requests: while the user types inside one
+    function, the same signatures and imports are counted on every keystroke."""
+
+    def __init__(self, count_tokens: TokenCounter, max_entries: int = 50_000, max_chars: int = 4_000) -> None:
+        self._count = count_tokens
+        self._memo: OrderedDict[str, int] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_chars = max_chars
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> int:
+        if len(text) > self._max_chars:
+            return self._count(text)
+        with self._lock:
+            hit = self._memo.get(text)
+        if hit is not None:
+            return hit
+        n = self._count(text)
+        with self._lock:
+            self._memo[text] = n
+            if len(self._memo) > self._max_entries:
+                self._memo.popitem(last=False)
+        return n
+
+
+_memo_counters: dict[int, tuple[TokenCounter, MemoCounter]] = {}
+
+
+def memoized(count_tokens: TokenCounter) -> TokenCounter:
+    """The process-wide memo wrapper for one counting function (kept alive with it)."""
+    if isinstance(count_tokens, MemoCounter):
+        return count_tokens
+    entry = _memo_counters.get(id(count_tokens))
+    if entry is None or entry[0] is not count_tokens:
+        if len(_memo_counters) > 64:
+            _memo_counters.clear()
+        entry = (count_tokens, MemoCounter(count_tokens))
+        _memo_counters[id(count_tokens)] = entry
+    return entry[1]
+
+
+@dataclass
+class Piece:
+    """Text standing for lines ``start_line..end_line`` (0-based, inclusive) of the file."""
+
+    start_line: int
+    end_line: int
+    text: str  # ends with a newline
+    # A class-like summary can be rendered "open" (head only) when some of its members are shown too.
+    open_text: str | None = None
+    open_end_line: int | None = None
+    group: str = ""  # consecutive pieces of one group (the import list) need no marker between them
+
+
+@dataclass
+class Form:
+    name: str  # "whole" | "summary" | "partial"
+    pieces: list[Piece]
+    tokens: int = 0
+    note: str = ""  # appended to the candidate's reason when this form is the one used
+
+
+@dataclass
+class Candidate:
+    kind: str
+    name: str
+    start_line: int
+    end_line: int
+    tier: int
+    rank: float  # order inside the tier, lower first
+    reason: str
+    forms: list[Form]  # richest first
+    key: str = ""  # de-duplication key (a symbol index); empty: never merged
+    chosen: Form | None = None
+    drop_reason: str = ""
+
+    @property
+    def priority(self) -> tuple[int, float]:
+        return (self.tier, self.rank)
+
+
+@dataclass
+class PackResult:
+    chosen: list[Candidate]
+    dropped: list[Candidate]
+    tokens: int
+
+
+def merge_duplicates(candidates: list[Candidate]) -> list[Candidate]:
+    """One candidate per key, the highest-priority one, with the other sources' reasons appended."""
+    best: dict[str, Candidate] = {}
+    out: list[Candidate] = []
+    for cand in sorted(candidates, key=lambda c: c.priority):
+        if cand.key and cand.key in best:
+            kept = best[cand.key]
+            if cand.reason not in kept.reason and cand.tier != TIER_NEIGHBOURS:
+                kept.reason = f"{kept.reason}; also {cand.reason}"
+            continue
+        if cand.key:
+            best[cand.key] = cand
+        out.append(cand)
+    return out
+
+
+def form_tokens(form: Form, count_tokens: TokenCounter, marker_tokens: int) -> int:
+    """Tokens of a form, counting one elision marker per piece (the worst case)."""
+    if form.tokens == 0:
+        form.tokens = sum(count_tokens(p.text) + marker_tokens for p in form.pieces)
+    return form.tokens
+
+
+def _cost(form: Form, count_tokens: TokenCounter, marker_tokens: int, shown: list[tuple[int, int]]) -> int:
+    """Tokens a form adds given what is already shown: no marker for a piece that continues one."""
+    form_tokens(form, count_tokens, marker_tokens)
+    saved = sum(marker_tokens for p in form.pieces
+                if any(end == p.start_line - 1 or start == p.end_line + 1 for start, end in shown))
+    return form.tokens - saved
+
+
+def pack(
+    candidates: list[Candidate],
+    budget: int,
+    count_tokens: TokenCounter,
+    marker_tokens: int,
+    max_whole_tokens: int,
+    shown: list[tuple[int, int]] | None = None,
+) -> PackResult:
+    """One pass in priority order; ``shown``: line ranges already in the prompt (the enclosing block)."""
+    remaining = budget
+    chosen: list[Candidate] = []
+    dropped: list[Candidate] = []
+    shown = list(shown or [])
+    for cand in sorted(candidates, key=lambda c: c.priority):
+        picked: Form | None = None
+        cost = 0
+        for i, form in enumerate(cand.forms):
+            is_last = i == len(cand.forms) - 1
+            if form.name == "whole" and not is_last and (
+                sum(len(p.text) for p in form.pieces) > max_whole_tokens * MAX_CHARS_PER_TOKEN
+            ):
+                continue  # obviously too big: do not even pay for counting it
+            cost = _cost(form, count_tokens, marker_tokens, shown)
+            if form.name == "whole" and cost > max_whole_tokens and not is_last:
+                continue  # a huge block is worth more as a signature than as a budget hog
+            if cost <= remaining:
+                picked = form
+                break
+        if picked is None:
+            cand.drop_reason = f"does not fit: needs {cost} tokens as {cand.forms[-1].name}, {remaining} left"
+            dropped.append(cand)
+            continue
+        cand.chosen = picked
+        remaining -= cost
+        shown.extend((p.start_line, p.end_line) for p in picked.pieces)
+        chosen.append(cand)
+    return PackResult(chosen=chosen, dropped=dropped, tokens=budget - remaining)
+
+
+def _indent(text: str) -> str:
+    first = text.split("\n", 1)[0]
+    return first[: len(first) - len(first.lstrip())]
+
+
+def _gap_is_blank(lines: list[str], start: int, end: int) -> bool:
+    return all(not lines[i].strip() for i in range(max(0, start), min(end + 1, len(lines))))
+
+
+def render_excerpts(pieces: list[Piece], language: str, file_lines: list[str]) -> tuple[str, int]:
+    """Excerpts in file order with elision markers in the gaps. Returns (text, last line shown)."""
+    ordered = sorted(pieces, key=lambda p: (p.start_line, -p.end_line))
+    # Drop pieces already covered by a larger one (the same block offered twice).
+    kept: list[Piece] = []
+    for p in ordered:
+        if kept and kept[-1].start_line <= p.start_line and p.end_line <= kept[-1].end_line and (
+            kept[-1].open_text is None
+        ):
+            continue
+        kept.append(p)
+    # A summarised container with members shown is rendered open: its head, then the members.
+    for i, p in enumerate(kept):
+        if p.open_text is not None and any(
+            q is not p and p.start_line <= q.start_line and q.end_line <= p.end_line for q in kept
+        ):
+            kept[i] = Piece(p.start_line, p.open_end_line if p.open_end_line is not None else p.start_line,
+                            p.open_text)
+    out: list[str] = []
+    shown_until = -1
+    prev_group = ""
+    for p in kept:
+        if p.end_line <= shown_until and p.start_line <= shown_until:
+            continue
+        gap_start, gap_end = shown_until + 1, p.start_line - 1
+        same_group = bool(p.group) and prev_group == p.group
+        prev_group = p.group
+        if gap_end >= gap_start and not same_group and not _gap_is_blank(file_lines, gap_start, gap_end):
+            out.append(elision_marker(language, gap_start, gap_end, _indent(p.text)))
+        out.append(p.text if p.text.endswith("\n") else p.text + "\n")
+        shown_until = max(shown_until, p.end_line)
+    return "".join(out), shown_until
+
+
+@dataclass
+class Rendered:
+    prefix: str
+    suffix: str
+    excerpt_text: str = ""
+    pieces: list[Piece] = field(default_factory=list)
+
+
+def render_prompt(
+    chosen: list[Candidate],
+    enclosing_pieces: list[Piece],
+    suffix: str,
+    language: str,
+    file_lines: list[str],
+) -> Rendered:
+    """Excerpts first (file order), then the enclosing block up to the cursor."""
+    pieces = [p for c in chosen if c.chosen is not None for p in c.chosen.pieces]
+    excerpts, _shown_until = render_excerpts(pieces, language, file_lines)
+    out = [excerpts]
+    if enclosing_pieces:
+        first = enclosing_pieces[0]
+        # The gap before the enclosing block is measured from the nearest excerpt above it.
+        above = [p.end_line for p in pieces if p.end_line < first.start_line]
+        gap_start = (max(above) + 1) if above else 0
+        if first.start_line - 1 >= gap_start and not _gap_is_blank(file_lines, gap_start, first.start_line - 1):
+            out.append(elision_marker(language, gap_start, first.start_line - 1, _indent(first.text)))
+        prev_end: int | None = None
+        for p in enclosing_pieces:
+            if prev_end is not None and p.start_line > prev_end + 1:
+                out.append(elision_marker(language, prev_end + 1, p.start_line - 1, _indent(p.text)))
+            out.append(p.text)
+            prev_end = p.end_line
+    return Rendered(prefix="".join(out), suffix=suffix, excerpt_text=excerpts, pieces=pieces)
