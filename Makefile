@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint up down clean
+.PHONY: install demo test lint up down clean eval-long eval-short bench
 
 install: $(STAMP)
 
@@ -36,3 +36,21 @@ down:
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# Evaluation sets are built from third-party code installed in the venv (never the standard
+# library, which is kept for acceptance checks), deterministically for a seed.
+SITE := $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)
+EVAL_DIR ?= .eval
+
+eval-long: install
+	@mkdir -p $(EVAL_DIR)
+	$(VENV)/bin/ctxpress eval make-cases --repo $(SITE)/sqlalchemy --n 100 --seed 1 --min-lines 2000 --out $(EVAL_DIR)/long.jsonl
+	$(VENV)/bin/ctxpress eval --cases $(EVAL_DIR)/long.jsonl --mode both --gate 3 --out $(EVAL_DIR)/long-results.jsonl
+
+eval-short: install
+	@mkdir -p $(EVAL_DIR)
+	$(VENV)/bin/ctxpress eval make-cases --repo $(SITE)/pydantic --n 100 --seed 2 --max-lines 300 --out $(EVAL_DIR)/short.jsonl
+	$(VENV)/bin/ctxpress eval --cases $(EVAL_DIR)/short.jsonl --mode both --gate 3 --out $(EVAL_DIR)/short-results.jsonl
+
+bench: install
+	$(VENV)/bin/ctxpress bench

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -102,6 +103,15 @@ def _explain(argv: list[str]) -> int:
     return subprocess.call([sys.executable, "-m", "workers.context.cli", *argv])
 
 
+_WORKER_MODULES = {"completion": "workers.completion", "index": "workers.index_worker", "gateway": "workers.gateway"}
+
+
+def _run_worker(args: argparse.Namespace, settings: Settings) -> int:
+    # Workers run as their own processes (nothing imports workers): this is what a container runs.
+    os.execv(sys.executable, [sys.executable, "-m", _WORKER_MODULES[args.kind]])
+    return 0  # not reached
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxpress", description="Self-hosted code completion over NATS")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,12 +137,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep", action="store_true", help="leave the appliance running afterwards")
     demo.set_defaults(func=_cmd_demo)
 
+    worker = sub.add_parser("worker", help="run one worker in the foreground (what a container runs)")
+    worker.add_argument("kind", choices=["completion", "index"])
+    worker.set_defaults(func=_run_worker)
+    gateway = sub.add_parser("gateway", help="route IDE requests to the shard that holds each file's cache")
+    gateway.set_defaults(func=_run_worker, kind="gateway")
+
     sub.add_parser("explain", help="show the context chosen for a cursor and why (see `ctxpress explain -h`)",
                    add_help=False)
 
     from build_engines.cli import register as register_build_commands
+    from ctxpress.evaluation.cli import register as register_measurement_commands
+
+    register_measurement_commands(sub)
 
     register_build_commands(sub)
+    from ctxpress.index_cli import register as register_index_commands
+
+    register_index_commands(sub)
     return parser
 
 
@@ -140,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["explain"]:
         return _explain(argv[1:])
+    if argv[:2] == ["eval", "make-cases"]:
+        from ctxpress.evaluation.cli import cmd_make_cases
+
+        return cmd_make_cases(argv[2:])
     args = build_parser().parse_args(argv)
     if args.command in {"build-engines", "triton-repo"}:
         return int(args.func(args))  # they stand alone: no appliance settings

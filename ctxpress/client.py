@@ -9,7 +9,7 @@ from typing import Any
 
 import nats
 
-from ctxpress.wire.v1 import SUBJECT_COMPLETE, CompletionRequest
+from ctxpress.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
 
 
 def repository_of(path: Path) -> tuple[str, Path]:
@@ -57,3 +57,11 @@ class CompletionClient:
 
     async def complete(self, request: CompletionRequest) -> dict[str, Any]:
         return await self.send_raw(request.model_dump_json(exclude_none=True).encode())
+
+    async def file_opened(self, event: FileOpened) -> dict[str, Any]:
+        """Tell the workers a file was opened (they parse it ahead of the first keystroke)."""
+        assert self._nc is not None, "use `async with CompletionClient(...)`"
+        reply = await self._nc.request(SUBJECT_FILE_OPENED, event.model_dump_json(exclude_none=True).encode(),
+                                       timeout=self.timeout_s)
+        result: dict[str, Any] = json.loads(reply.data)
+        return result

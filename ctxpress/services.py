@@ -327,12 +327,47 @@ def _nats_answers(url: str, subject: str) -> bool:
     return asyncio.run(probe())
 
 
+class IndexWorkerPart(Part):
+    name = "index-worker"
+
+    def address(self) -> str:
+        return f"stream {self.settings.index_stream} (consumer {self.settings.index_consumer})"
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "workers.index_worker"]
+
+    def ready(self) -> bool:
+        # Ready once it has bound the durable consumer and answers its status subject (one round trip).
+        return _nats_status(self.settings.effective_nats_url(), self.settings.index_status_subject)
+
+
+def _nats_status(url: str, subject: str) -> bool:
+    async def probe() -> bool:
+        import nats
+        from nats.errors import NoRespondersError, TimeoutError
+
+        try:
+            nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False)
+        except Exception:
+            return False
+        try:
+            reply = await nc.request(subject, b"", timeout=1.0)
+            return "worker" in json.loads(reply.data)
+        except (NoRespondersError, TimeoutError, ValueError):
+            return False
+        finally:
+            await nc.close()
+
+    return asyncio.run(probe())
+
+
 def parts(settings: Settings) -> list[Part]:
     """In start order."""
-    return [NatsPart(settings), PostgresPart(settings), TritonPart(settings), CompletionWorkerPart(settings)]
+    return [NatsPart(settings), PostgresPart(settings), TritonPart(settings), CompletionWorkerPart(settings),
+            IndexWorkerPart(settings)]
 
 
-START_TIMEOUTS = {"nats": 30.0, "postgres": 120.0, "triton": 300.0, "completion-worker": 120.0}
+START_TIMEOUTS = {"nats": 30.0, "postgres": 120.0, "triton": 300.0, "completion-worker": 120.0, "index-worker": 60.0}
 
 
 def up(settings: Settings, report: Callable[[str], None] = print) -> dict[str, float]:

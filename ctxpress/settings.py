@@ -33,7 +33,7 @@ class Settings(BaseSettings):
     triton_http_port: int = 8000
     triton_grpc_port: int = 8001
     triton_metrics_port: int = 8002
-    triton_timeout_s: float = 30.0
+    triton_timeout_s: float = 120.0  # a cold 2,048-token prompt takes ~30 s on 2 CPU cores
 
     # The CPU engine served by the embedded Triton
     model_path: Path | None = None
@@ -45,12 +45,31 @@ class Settings(BaseSettings):
     # Completion worker
     completion_subject: str = "ctxpress.v1.complete"
     completion_queue: str = "ctxpress-completion"
+    feedback_subject: str = "ctxpress.v1.feedback"
+    # Sharded deployments: this worker serves `<completion_subject>.<shard>` behind `ctxpress gateway`.
+    shard: int | None = None
+    shards: int = 1
+    worker_metrics_port: int = 9400  # Prometheus /metrics of the completion worker; 0 = off
     max_request_bytes: int = 4 * 1024 * 1024
     window_lines: int = 200  # the seed's baseline: +-200 lines around the cursor
-    context_budget_tokens: int = 1024
+    # The seed's baseline window is uncapped (~4,000 tokens for 400 lines of code); we cap it at
+    # 2,048 so a cold baseline prompt stays within tens of seconds on a 2-core CPU engine.
+    baseline_budget_tokens: int = 2048
+    context_budget_tokens: int = 1024  # optimized mode: the seed's personal-scale budget
     # Above this, optimized context assembly gives up and the baseline window is used.
     assembly_timeout_ms: float = 20.0
     default_max_tokens: int = 64
+
+    # Repository index (embedder served by Triton, chunks in PostgreSQL, events through JetStream)
+    embedding_model_path: Path | None = None  # an ONNX sentence embedder; default: packaged all-MiniLM-L6-v2 int8
+    embedding_threads: int = 1  # onnxruntime threads: the completion engine needs the other cores
+    index_max_file_bytes: int = 512 * 1024
+    index_stream: str = "CTXPRESS_INDEX"
+    index_consumer: str = "ctxpress-indexer"
+    index_status_subject: str = "ctxpress.v1.index.status"
+    retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
+    retrieval_top_k: int = 6
+    retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see workers/context/retrieval.py)
 
     @cached_property
     def state_dir(self) -> Path:

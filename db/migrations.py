@@ -32,6 +32,90 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE EXTENSION IF NOT EXISTS pg_trgm",
         ),
     ),
+    Migration(
+        2,
+        "completion telemetry and IDE feedback",
+        (
+            """CREATE TABLE completion_events (
+                id bigserial PRIMARY KEY,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                request_id text NOT NULL,
+                repository text NOT NULL,
+                path text NOT NULL,
+                language text,
+                mode text NOT NULL,
+                scenario text NOT NULL DEFAULT 'ide',
+                model text,
+                outcome text NOT NULL CHECK (outcome IN ('ok', 'degraded', 'error')),
+                degraded_reason text,
+                error_code text,
+                strategy text,
+                sources text[] NOT NULL DEFAULT '{}',
+                features jsonb NOT NULL DEFAULT '{}',
+                file_tokens integer,
+                context_tokens integer,
+                prompt_tokens integer,
+                cached_tokens integer,
+                completion_tokens integer,
+                draft_tokens_proposed integer,
+                draft_tokens_accepted integer,
+                queue_ms real,
+                context_ms real,
+                prompt_ms real,
+                decode_ms real,
+                total_ms real
+            )""",
+            "CREATE INDEX completion_events_created_at ON completion_events (created_at)",
+            "CREATE INDEX completion_events_request_id ON completion_events (request_id)",
+            """CREATE TABLE completion_feedback (
+                id bigserial PRIMARY KEY,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                completion_id text NOT NULL,
+                action text NOT NULL CHECK (action IN ('shown', 'accepted', 'dismissed')),
+                chars_kept integer
+            )""",
+            "CREATE INDEX completion_feedback_completion_id ON completion_feedback (completion_id)",
+        ),
+    ),
+    Migration(
+        3,
+        "repository index",
+        (
+            "CREATE TABLE repositories ("
+            " id serial PRIMARY KEY, name text NOT NULL UNIQUE, root text, head_commit text,"
+            " embedder text, indexed_at timestamptz, created_at timestamptz NOT NULL DEFAULT now())",
+            # One row per path ever seen; a deleted file keeps its row (deleted = true) so that the stream
+            # sequence of the last event applied to it survives, and an older redelivered event is ignored.
+            "CREATE TABLE indexed_files ("
+            " repo_id integer NOT NULL REFERENCES repositories(id) ON DELETE CASCADE,"
+            " path text NOT NULL, language text, content_hash text, size_bytes integer NOT NULL DEFAULT 0,"
+            " module_keys text[] NOT NULL DEFAULT '{}', imports text[] NOT NULL DEFAULT '{}',"
+            " chunk_count integer NOT NULL DEFAULT 0, skipped_reason text, deleted boolean NOT NULL DEFAULT false,"
+            " source_seq bigint NOT NULL DEFAULT 0, edited_at timestamptz,"
+            " indexed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (repo_id, path))",
+            "CREATE INDEX indexed_files_module_keys ON indexed_files USING gin (module_keys)",
+            "CREATE INDEX indexed_files_imports ON indexed_files USING gin (imports)",
+            "CREATE INDEX indexed_files_edited ON indexed_files (repo_id, edited_at DESC)",
+            "CREATE TABLE code_chunks ("
+            " id bigserial PRIMARY KEY,"
+            " repo_id integer NOT NULL REFERENCES repositories(id) ON DELETE CASCADE,"
+            " path text NOT NULL, symbol text NOT NULL, kind text NOT NULL, language text NOT NULL,"
+            " start_line integer NOT NULL, end_line integer NOT NULL,"
+            " signature text NOT NULL, content text NOT NULL, content_hash text NOT NULL,"
+            # Identifier words: the symbol's own (weight A) rank above those used in its body (weight C).
+            " name_lexemes text NOT NULL, lexemes text NOT NULL,"
+            " tsv tsvector GENERATED ALWAYS AS (setweight(to_tsvector('simple', name_lexemes), 'A')"
+            " || setweight(to_tsvector('simple', lexemes), 'C')) STORED,"
+            " embedding vector(384) NOT NULL,"
+            " indexed_at timestamptz NOT NULL DEFAULT now(),"
+            " CONSTRAINT code_chunks_identity UNIQUE (repo_id, path, symbol, content_hash))",
+            "CREATE INDEX code_chunks_embedding_hnsw ON code_chunks USING hnsw (embedding vector_cosine_ops)",
+            "CREATE INDEX code_chunks_tsv ON code_chunks USING gin (tsv)",
+            "CREATE INDEX code_chunks_symbol_trgm ON code_chunks USING gin (symbol gin_trgm_ops)",
+            "CREATE INDEX code_chunks_repo_path ON code_chunks (repo_id, path)",
+            "CREATE INDEX code_chunks_repo_hash ON code_chunks (repo_id, content_hash)",
+        ),
+    ),
 )
 
 

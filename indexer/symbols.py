@@ -136,7 +136,8 @@ class _Decl:
 
 
 def _py_docstring(body: Node | None, src: bytes) -> str | None:
-    first = body.named_child(0) if body is not None else None  # not named_children: that builds every node
+    # not named_children: that builds every node; an empty body (being typed) has no child at all
+    first = body.named_child(0) if body is not None and body.named_child_count else None
     if first is None:
         return None
     if first.type == "string":  # recent grammars put the docstring directly in the block

@@ -56,3 +56,14 @@ FIGURE_OUTPUTS: tuple[TensorSpec, ...] = (
     TensorSpec(CTX_DRAFT_ACCEPTED, "INT32", (1,), optional=True),
     TensorSpec(CTX_FINISH_REASON, "BYTES", (1,), optional=True),
 )
+
+# The embedding model: one text in, one L2-normalised vector out per batch row. A GPU deployment
+# serves the same ONNX file with Triton's onnxruntime backend behind these names.
+EMBEDDING_DIM = 384
+EMBEDDING_MAX_BATCH = 32
+EMBEDDING_INPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("text", "BYTES", (1,)),
+)
+EMBEDDING_OUTPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("embedding", "FP32", (EMBEDDING_DIM,)),
+)

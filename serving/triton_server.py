@@ -177,6 +177,9 @@ def serve(settings: Settings, model_path: Path) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     _bind_completion_model(triton, llama)
+    from serving.embedder import bind_embedder
+
+    bind_embedder(triton, settings)
     triton.run()
     log.info("Triton ready: grpc %s:%s, metrics :%s", settings.bind_host, settings.triton_grpc_port,
              settings.triton_metrics_port)

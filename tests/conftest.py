@@ -42,7 +42,12 @@ def appliance_env(home: Path, model: Path, **extra: str) -> dict[str, str]:
         "CTXPRESS_TRITON_HTTP_PORT": str(free_port()),
         "CTXPRESS_TRITON_GRPC_PORT": str(free_port()),
         "CTXPRESS_TRITON_METRICS_PORT": str(free_port()),
+        "CTXPRESS_WORKER_METRICS_PORT": str(free_port()),
         "CTXPRESS_N_CTX": "2048",
+        # Tests share 2 cores with the model and with each other: the product's 30 ms database
+        # deadline would turn functional retrieval tests into load tests. The deadline itself is
+        # tested with its own retriever (tests/workers/context/test_retrieval.py).
+        "CTXPRESS_RETRIEVAL_TIMEOUT_MS": "3000",
         **extra,
     })
     return env

@@ -9,6 +9,7 @@ loop keeps answering while a request is being assembled.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import signal
@@ -20,11 +21,14 @@ from functools import partial
 
 import nats
 from nats.aio.msg import Msg
+from prometheus_client import start_http_server
 from pydantic import ValidationError
 
+from ctxpress.features import resolve as resolve_features
 from ctxpress.languages import language_from_path
 from ctxpress.settings import Settings, get_settings
 from ctxpress.wire.v1 import (
+    SUBJECT_FILE_OPENED,
     BlockReport,
     CompletionRequest,
     CompletionResponse,
@@ -32,10 +36,13 @@ from ctxpress.wire.v1 import (
     ErrorBody,
     ErrorCode,
     ErrorResponse,
+    Feedback,
+    FileOpened,
     Timings,
     UnsupportedLanguage,
     content_hash,
 )
+from indexer.embeddings import AsyncTritonEmbedder
 from indexer.symbols import warm_up
 from serving import protocol
 from serving.fim import STOP_WORDS, fim_prompt
@@ -44,10 +51,13 @@ from serving.triton_client import (
     InferenceUnavailable,
     TritonCompletionClient,
 )
-from workers.context.assemble import assemble_context
+from workers import metrics
+from workers.context.assemble import assemble_context, warm_file
+from workers.context.retrieval import Retrieval, Retriever, render_retrieved
 from workers.context.window import CursorOutOfRange, Window, baseline_window, split_at_cursor
 from workers.file_store import FileStore
 from workers.postprocess import clean_completion
+from workers.telemetry import TelemetryWriter
 
 log = logging.getLogger("ctxpress.worker.completion")
 
@@ -82,11 +92,12 @@ def parse_request(data: bytes, max_bytes: int) -> CompletionRequest:
 
 @dataclass
 class Prepared:
-    prompt: str
+    prefix: str
     suffix: str
     report: ContextReport
     language: str
     digest: str
+    features: dict[str, bool]
 
 
 class CompletionService:
@@ -96,36 +107,112 @@ class CompletionService:
         triton: TritonCompletionClient,
         count_tokens: Callable[[str], int],
         model_name: str,
+        telemetry: TelemetryWriter | None = None,
+        retriever: Retriever | None = None,
     ) -> None:
         self.settings = settings
+        self.retriever = retriever
         self.triton = triton
         self.count_tokens = count_tokens
         self.model_name = model_name
+        self.telemetry = telemetry
         self.files = FileStore()
         self._file_tokens_cache: dict[str, int] = {}
 
     async def handle(self, data: bytes, received_at: float) -> bytes:
         """One request in, one reply out; never raises."""
         request_id = uuid.uuid4().hex[:16]
+        request: CompletionRequest | None = None
         try:
             request = parse_request(data, self.settings.max_request_bytes)
             request_id = request.request_id or request_id
             response = await self._complete(request, request_id, received_at)
-            log.info(json.dumps({
-                "event": "completion", "id": request_id, "mode": request.mode, "path": request.path,
-                "file_tokens": response.context.file_tokens, "context_tokens": response.context.context_tokens,
-                "cached_tokens": response.context.cached_tokens, "total_ms": round(response.timings.total_ms, 1),
-                "finish": response.finish_reason,
-            }))
+            self._observe(request, response)
             return response.model_dump_json().encode()
         except RequestError as exc:
-            log.info(json.dumps({"event": "error", "id": request_id, "code": exc.body.code.value,
-                                 "message": exc.body.message}))
-            return ErrorResponse(error=exc.body).model_dump_json().encode()
+            body = exc.body
         except Exception:  # a bug must not take the worker down or leave the IDE hanging
             log.exception("request %s failed", request_id)
             body = ErrorBody(code=ErrorCode.INTERNAL, message=f"internal error (request {request_id})")
+        self._observe_error(request, request_id, body, received_at)
+        return ErrorResponse(error=body).model_dump_json().encode()
+
+    def _observe(self, request: CompletionRequest, response: CompletionResponse) -> None:
+        """Log, count and record one completion (the seed's habit: every request, every figure)."""
+        ctx, t = response.context, response.timings
+        outcome = "degraded" if ctx.degraded else "ok"
+        scenario = request.scenario or "ide"
+        metrics.REQUESTS.labels(request.mode, outcome).inc()
+        metrics.REQUEST_LATENCY.labels(request.mode, scenario).observe(t.total_ms / 1000)
+        for stage in ("context", "queue", "prompt", "decode"):
+            metrics.STAGE_LATENCY.labels(stage).observe(getattr(t, f"{stage}_ms") / 1000)
+        if ctx.degraded:
+            metrics.DEGRADED.labels("context", ctx.degraded.split(":")[0]).inc()
+        metrics.FILE_TOKENS.inc(ctx.file_tokens)
+        metrics.CONTEXT_TOKENS.inc(ctx.context_tokens)
+        metrics.PROMPT_TOKENS.inc(ctx.prompt_tokens or 0)
+        metrics.CACHED_PROMPT_TOKENS.inc(ctx.cached_tokens or 0)
+        metrics.DRAFT_PROPOSED.inc(response.draft_tokens_proposed or 0)
+        metrics.DRAFT_ACCEPTED.inc(response.draft_tokens_accepted or 0)
+        for source in ctx.sources:
+            metrics.CONTEXT_SOURCES.labels(source).inc()
+        row = {
+            "request_id": response.id, "repository": request.repository, "path": request.path,
+            "language": response.language, "mode": request.mode, "scenario": scenario, "model": response.model,
+            "outcome": outcome, "degraded_reason": ctx.degraded, "strategy": ctx.strategy, "sources": ctx.sources,
+            "features": json.dumps(response.features), "file_tokens": ctx.file_tokens,
+            "context_tokens": ctx.context_tokens, "prompt_tokens": ctx.prompt_tokens,
+            "cached_tokens": ctx.cached_tokens, "completion_tokens": response.completion_tokens,
+            "draft_tokens_proposed": response.draft_tokens_proposed,
+            "draft_tokens_accepted": response.draft_tokens_accepted,
+            **{f"{stage}_ms": getattr(t, f"{stage}_ms") for stage in ("queue", "context", "prompt", "decode", "total")},
+        }
+        log.info(json.dumps({"event": "completion", **{k: v for k, v in row.items() if k != "features"}}))
+        if self.telemetry is not None:
+            self.telemetry.record_event(row)
+
+    def _observe_error(self, request: CompletionRequest | None, request_id: str, body: ErrorBody,
+                       received_at: float) -> None:
+        mode = request.mode if request else "unknown"
+        metrics.REQUESTS.labels(mode, "error").inc()
+        metrics.ERRORS.labels(body.code.value).inc()
+        log.info(json.dumps({"event": "error", "id": request_id, "code": body.code.value, "message": body.message}))
+        if self.telemetry is not None:
+            self.telemetry.record_event({
+                "request_id": request_id, "repository": request.repository if request else "",
+                "path": request.path if request else "", "mode": mode,
+                "scenario": (request.scenario if request else None) or "ide", "outcome": "error",
+                "error_code": body.code.value, "sources": [], "features": "{}",
+                "total_ms": (time.perf_counter() - received_at) * 1000,
+            })
+
+    def feedback(self, data: bytes) -> bytes:
+        """An IDE's accept/dismiss of a completion: recorded for the real acceptance rate."""
+        try:
+            event = Feedback.model_validate_json(data)
+        except ValidationError as exc:
+            body = ErrorBody(code=ErrorCode.INVALID_REQUEST, message=f"invalid feedback: {exc.errors()[0]['msg']}")
             return ErrorResponse(error=body).model_dump_json().encode()
+        metrics.FEEDBACK.labels(event.action).inc()
+        if self.telemetry is not None:
+            self.telemetry.record_feedback(event.model_dump())
+        return b'{"ok": true}'
+
+    async def file_opened(self, data: bytes) -> bytes:
+        """Warm the parse tree and symbol table of a file before its first completion."""
+        try:
+            event = FileOpened.model_validate_json(data)
+        except ValidationError as exc:
+            body = ErrorBody(code=ErrorCode.INVALID_REQUEST, message=f"invalid file_opened: {exc.errors()[0]['msg']}")
+            return ErrorResponse(error=body).model_dump_json().encode()
+        self.files.put(content_hash(event.text), event.text)
+        loop = asyncio.get_running_loop()
+        try:
+            warm_ms = await loop.run_in_executor(None, warm_file, event.path, event.text, event.language)
+        except Exception as exc:  # warming is optional: the first completion will parse instead
+            log.exception("warming %s failed", event.path)
+            return json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()
+        return json.dumps({"ok": True, "warm_ms": warm_ms}).encode()
 
     def _resolve_text(self, request: CompletionRequest) -> tuple[str, str]:
         if request.text is not None:
@@ -142,13 +229,16 @@ class CompletionService:
     def _prepare(self, request: CompletionRequest, text: str, digest: str) -> Prepared:
         """CPU-bound: runs in an executor."""
         language = request.language or language_from_path(request.path)
-        budget = request.budget_tokens or self.settings.context_budget_tokens
+        default_budget = (self.settings.baseline_budget_tokens if request.mode == "baseline"
+                          else self.settings.context_budget_tokens)
+        budget = request.budget_tokens or default_budget
         try:
             split_at_cursor(text, request.line, request.column)
         except CursorOutOfRange as exc:
             raise RequestError(ErrorCode.CURSOR_OUT_OF_RANGE, str(exc)) from None
 
         def window() -> Window:
+            # also optimized's fallback, then within optimized's budget
             return baseline_window(
                 text, request.line, request.column,
                 count_tokens=self.count_tokens,
@@ -156,7 +246,8 @@ class CompletionService:
                 budget_tokens=budget,
             )
 
-        if request.mode == "baseline":
+        enabled = resolve_features(request.features) if request.mode == "optimized" else {}
+        if request.mode == "baseline" or not enabled["crop"]:
             w = window()
             report = ContextReport(
                 strategy="window",
@@ -169,7 +260,7 @@ class CompletionService:
                 truncated=w.truncated,
                 budget_tokens=budget,
             )
-            return Prepared(fim_prompt(w.prefix, w.suffix), w.suffix, report, language, digest)
+            return Prepared(w.prefix, w.suffix, report, language, digest, enabled)
 
         def fallback() -> tuple[str, str]:
             w = window()
@@ -183,6 +274,7 @@ class CompletionService:
             recent_edit_lines=request.recent_edits or (),
             timeout_ms=self.settings.assembly_timeout_ms,
             fallback=fallback,
+            summaries=enabled["summaries"],
         )
         report = ContextReport(
             strategy=ctx.strategy,
@@ -194,7 +286,43 @@ class CompletionService:
             blocks=[BlockReport(**vars(b)) for b in ctx.blocks],
             dropped=[BlockReport(**vars(b)) for b in ctx.dropped],
         )
-        return Prepared(fim_prompt(ctx.prefix, ctx.suffix), ctx.suffix, report, language, digest)
+        return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled)
+
+    def _wants_retrieval(self, request: CompletionRequest) -> bool:
+        return (self.retriever is not None and request.mode == "optimized"
+                and resolve_features(request.features)["retrieval"])
+
+    async def _retrieve(self, request: CompletionRequest, text: str) -> Retrieval:
+        assert self.retriever is not None
+        return await self.retriever.retrieve(repositories=[request.repository], path=request.path, text=text,
+                                             line=request.line, language=request.language)
+
+    def _add_retrieved(self, prepared: Prepared, retrieval: Retrieval) -> None:
+        """Other files' chunks go before the in-file context (which stays next to the cursor),
+        within what the in-file context left of the budget."""
+        report = prepared.report
+        r = retrieval.report
+        report.retrieval = {"elapsed_ms": r.elapsed_ms, "threshold": r.threshold, "returned": r.returned,
+                            "coarse_files": r.coarse_files, "unresolved": r.unresolved, "skipped": r.skipped}
+        if r.skipped:
+            metrics.DEGRADED.labels("retrieval", r.skipped).inc()
+            log.info(json.dumps({"event": "degraded", "part": "retrieval", "why": r.skipped}))
+        room = (report.budget_tokens or 0) - report.context_tokens
+        if not retrieval.chunks or room <= 0:
+            return
+        text, rendered = render_retrieved(retrieval.chunks, room, self.count_tokens, prepared.language)
+        if not rendered:
+            return
+        prepared.prefix = text + prepared.prefix
+        report.context_tokens += sum(piece.tokens for piece in rendered)
+        report.sources = sorted({*report.sources, "retrieval"})
+        report.blocks.extend(
+            BlockReport(kind="retrieved", name=f"{piece.chunk.path}:{piece.chunk.symbol}",
+                        start_line=piece.chunk.start_line, end_line=piece.chunk.end_line, form=piece.form,
+                        tokens=piece.tokens,
+                        reason=f"other file, found by {'+'.join(piece.chunk.found_by)}, score {piece.chunk.score:.3f}")
+            for piece in rendered
+        )
 
     def _file_tokens(self, text: str, digest: str) -> int:
         """Exact whole-file token count, for the report; cached per file version."""
@@ -211,13 +339,19 @@ class CompletionService:
         queue_ms = (started - received_at) * 1000
         text, digest = self._resolve_text(request)
         loop = asyncio.get_running_loop()
-        prepared = await loop.run_in_executor(None, partial(self._prepare, request, text, digest))
+        prepare = loop.run_in_executor(None, partial(self._prepare, request, text, digest))
+        if self._wants_retrieval(request):
+            # cross-file retrieval runs beside in-file assembly; it never raises and is bounded
+            prepared, retrieval = await asyncio.gather(prepare, self._retrieve(request, text))
+            await loop.run_in_executor(None, self._add_retrieved, prepared, retrieval)
+        else:
+            prepared = await prepare
         context_ms = (time.perf_counter() - started) * 1000
         # Counting the whole file is for the report only: do it while the model works.
         file_tokens = loop.run_in_executor(None, self._file_tokens, text, digest)
         try:
             result = await self.triton.complete(
-                prepared.prompt,
+                fim_prompt(prepared.prefix, prepared.suffix),
                 max_tokens=request.max_tokens,
                 stop_words=STOP_WORDS,
                 timeout_s=self.settings.triton_timeout_s,
@@ -253,6 +387,7 @@ class CompletionService:
             completion_tokens=result.figures.get(protocol.CTX_COMPLETION_TOKENS),
             draft_tokens_proposed=result.figures.get(protocol.CTX_DRAFT_PROPOSED),
             draft_tokens_accepted=result.figures.get(protocol.CTX_DRAFT_ACCEPTED),
+            features=prepared.features,
         )
 
 
@@ -261,7 +396,19 @@ def load_tokenizer(settings: Settings) -> Callable[[str], int]:
     from serving.weights import TARGET, ensure_model
 
     path = settings.model_path or ensure_model(TARGET, settings.models_dir)
-    return Tokenizer(path).count
+    return memoized_counter(Tokenizer(path).count)
+
+
+def memoized_counter(count: Callable[[str], int], max_chars: int = 4096,
+                     entries: int = 20_000) -> Callable[[str], int]:
+    """Lines and blocks repeat from one keystroke to the next: count each small text once.
+    Large texts (whole files, whole prompts) change every keystroke and are not kept."""
+    cached = functools.lru_cache(maxsize=entries)(count)
+
+    def counter(text: str) -> int:
+        return cached(text) if len(text) <= max_chars else count(text)
+
+    return counter
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
@@ -270,7 +417,14 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     # Load every grammar and query now rather than on the first request of each language.
     await loop.run_in_executor(None, warm_up)
     triton = TritonCompletionClient(settings.effective_triton_url())
-    service = CompletionService(settings, triton, count_tokens, settings.model_name)
+    telemetry = TelemetryWriter(settings.effective_database_url())
+    telemetry.start()
+    if settings.worker_metrics_port:
+        start_http_server(settings.worker_metrics_port, addr=settings.bind_host)
+    retriever = Retriever(settings.effective_database_url(), AsyncTritonEmbedder(settings.effective_triton_url()),
+                          timeout_ms=settings.retrieval_timeout_ms, top_k=settings.retrieval_top_k,
+                          min_similarity=settings.retrieval_min_similarity)
+    service = CompletionService(settings, triton, count_tokens, settings.model_name, telemetry, retriever)
     nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-completion-worker",
                             max_reconnect_attempts=-1)
     tasks: set[asyncio.Task[None]] = set()
@@ -286,14 +440,33 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    sub = await nc.subscribe(settings.completion_subject, queue=settings.completion_queue, cb=on_message)
-    log.info("completion worker listening on %s (queue %s), Triton at %s", settings.completion_subject,
+    async def on_feedback(msg: Msg) -> None:
+        reply = service.feedback(msg.data)
+        if msg.reply:
+            await msg.respond(reply)
+
+    # Behind the gateway a worker serves its shard's subjects; alone, the IDE-facing ones.
+    suffix = f".{settings.shard}" if settings.shard is not None else ""
+    sub = await nc.subscribe(settings.completion_subject + suffix, queue=settings.completion_queue, cb=on_message)
+    feedback_sub = await nc.subscribe(settings.feedback_subject, queue=settings.completion_queue, cb=on_feedback)
+
+    async def on_file_opened(msg: Msg) -> None:
+        reply = await service.file_opened(msg.data)
+        if msg.reply:
+            await msg.respond(reply)
+
+    opened_sub = await nc.subscribe(SUBJECT_FILE_OPENED + suffix, queue=settings.completion_queue,
+                                    cb=on_file_opened)
+    log.info("completion worker listening on %s (queue %s), Triton at %s", settings.completion_subject + suffix,
              settings.completion_queue, settings.effective_triton_url())
     await stop.wait()
     await sub.drain()  # no lost message: finish what was received, then leave the group
+    await feedback_sub.drain()
+    await opened_sub.drain()
     if tasks:
         await asyncio.wait(tasks, timeout=settings.triton_timeout_s)
     await nc.drain()
+    await telemetry.close()
     await triton.close()
     log.info("completion worker stopped")
 

@@ -13,9 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ctxpress import features
 from ctxpress.languages import KNOWN_LANGUAGES
 
 SUBJECT_COMPLETE = "ctxpress.v1.complete"
+SUBJECT_FEEDBACK = "ctxpress.v1.feedback"
 
 MAX_TOKENS_LIMIT = 512
 
@@ -65,6 +67,9 @@ class CompletionRequest(BaseModel):
     # Line ranges (0-based, inclusive) the developer edited recently, most recent first.
     recent_edits: list[tuple[int, int]] | None = Field(default=None, max_length=64)
     request_id: str | None = Field(default=None, max_length=128)
+    # Labels for telemetry and ablations: which workload sent this, which optimisations to use.
+    scenario: str | None = Field(default=None, max_length=64)
+    features: dict[str, bool] | None = None
 
     @model_validator(mode="after")
     def _text_or_hash(self) -> CompletionRequest:
@@ -72,6 +77,9 @@ class CompletionRequest(BaseModel):
             raise ValueError("give exactly one of 'text' or 'content_hash'")
         if self.language is not None and self.language not in KNOWN_LANGUAGES:
             raise UnsupportedLanguage(self.language)
+        unknown = set(self.features or {}) - set(features.REGISTRY)
+        if unknown:
+            raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(features.REGISTRY)}")
         return self
 
 
@@ -115,6 +123,7 @@ class ContextReport(BaseModel):
     budget_tokens: int | None = None
     blocks: list[BlockReport] = Field(default_factory=list)
     dropped: list[BlockReport] = Field(default_factory=list)
+    retrieval: dict[str, object] | None = None  # cross-file retrieval: timing, threshold, or why skipped
 
 
 class CompletionResponse(BaseModel):
@@ -130,3 +139,73 @@ class CompletionResponse(BaseModel):
     completion_tokens: int | None = None
     draft_tokens_proposed: int | None = None
     draft_tokens_accepted: int | None = None
+    features: dict[str, bool] = Field(default_factory=dict)
+
+
+class Feedback(BaseModel):
+    """What the IDE did with a completion, so the real acceptance rate can be computed."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    completion_id: str = Field(min_length=1, max_length=128)
+    action: Literal["shown", "accepted", "dismissed"]
+    chars_kept: int | None = Field(default=None, ge=0)
+
+
+SUBJECT_FILE_OPENED = "ctxpress.v1.file_opened"
+
+
+class FileOpened(BaseModel):
+    """An IDE opened a file: parse it now, so the first keystroke finds a warm tree."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    repository: str = Field(min_length=1, max_length=256)
+    path: str = Field(min_length=1, max_length=4096)
+    text: str
+    language: str | None = None
+
+
+# --- Repository index events (JetStream stream ``CTXPRESS_INDEX``) ---------------------------------
+# Git hooks publish ``IndexEvent`` on ``ctxpress.v1.index.git``; IDEs publish ``FileSaved`` on
+# ``ctxpress.v1.file_saved``. Both carry the file contents, so an index worker needs no access to the
+# repository's disk (a team server indexes laptops' commits).
+
+SUBJECT_FILE_SAVED = "ctxpress.v1.file_saved"
+SUBJECT_INDEX_GIT = "ctxpress.v1.index.git"
+
+
+class FileSaved(BaseModel):
+    """An IDE saved a file: index this text now (no commit needed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repository: str = Field(min_length=1, max_length=256)
+    path: str = Field(min_length=1, max_length=4096, description="relative to the repository root, '/'-separated")
+    text: str
+    saved_at: float | None = Field(default=None, description="epoch seconds, for freshness measurement")
+
+
+class ChangedPath(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, max_length=4096)
+    status: Literal["A", "M", "D", "R"]
+    old_path: str | None = None  # for "R": the path the file had before
+    text: str | None = None  # the content at ``commit``; None for "D" and for skipped files
+    skipped: str | None = None  # why the publisher sent no content ("secret", "binary", "too large")
+
+
+class IndexEvent(BaseModel):
+    """What a git hook publishes: the paths a commit (merge, checkout, rewrite) changed, with contents."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repository: str = Field(min_length=1, max_length=256)
+    commit: str = Field(pattern=r"^[0-9a-f]{40,64}$")
+    previous: str | None = None
+    hook: str
+    changes: list[ChangedPath]
+    published_at: float | None = None  # epoch seconds when the hook started
+    part: int = Field(default=0, ge=0)  # a large change is split over several messages
+    parts: int = Field(default=1, ge=1)

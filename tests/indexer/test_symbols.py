@@ -94,3 +94,12 @@ def test_references_come_from_the_tree_with_receivers() -> None:
     assert ("util", None, False) in names
     assert ("attr", "x", True) in names
     assert sum(1 for r in refs if r.name == "helper") == 1  # not the comment, not the string
+
+
+def test_function_with_an_empty_body_being_typed() -> None:
+    # The body was blanked out (the developer is typing it): no docstring, no crash.
+    from indexer.parsing import parse_text
+    from indexer.symbols import extract_symbols
+
+    table = extract_symbols(parse_text("def distance(a, b):\n\ndef other():\n    return 1\n", "python", "x.py"))
+    assert [s.name for s in table.symbols if s.kind == "function"] == ["distance", "other"]

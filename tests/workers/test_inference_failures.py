@@ -55,7 +55,8 @@ def silent_server() -> Iterator[int]:
 @contextmanager
 def worker(appliance: Any, subject: str, triton_url: str, timeout_s: float) -> Iterator[None]:
     env = {**appliance.env, "CTXPRESS_TRITON_URL": triton_url, "CTXPRESS_COMPLETION_SUBJECT": subject,
-           "CTXPRESS_COMPLETION_QUEUE": subject, "CTXPRESS_TRITON_TIMEOUT_S": str(timeout_s)}
+           "CTXPRESS_COMPLETION_QUEUE": subject, "CTXPRESS_TRITON_TIMEOUT_S": str(timeout_s),
+           "CTXPRESS_WORKER_METRICS_PORT": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "workers.completion"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -130,6 +130,7 @@ def assemble_context(
     fallback: Callable[[], tuple[str, str]] | None = None,
     exact_file_tokens: bool = False,
     cache: TreeCache | None = None,
+    summaries: bool = True,
 ) -> AssembledContext:
     """Assemble the in-file context for a cursor at 0-based (line, column) of ``text``.
 
@@ -150,7 +151,7 @@ def assemble_context(
     count_tokens = memoized(count_tokens)
     try:
         result = _assemble(text, path, lang, line, column, count_tokens, budget_tokens, recent_edit_lines,
-                           deadline, cache if cache is not None else TREE_CACHE)
+                           deadline, cache if cache is not None else TREE_CACHE, summaries)
     except _Timeout:
         return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0, "timeout",
                          f"assembly exceeded {timeout_ms:g} ms", base)
@@ -205,7 +206,7 @@ def _check(deadline: float, timings: dict[str, float], stage: str, t_stage: floa
 
 def _assemble(
     text: str, path: str, lang: str, line: int, column: int, count_tokens: TokenCounter, budget: int,
-    recent_edit_lines: Sequence[tuple[int, int]], deadline: float, cache: TreeCache,
+    recent_edit_lines: Sequence[tuple[int, int]], deadline: float, cache: TreeCache, summaries: bool = True,
 ) -> AssembledContext:
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -235,6 +236,8 @@ def _assemble(
         enc = find_enclosing(table, line, cursor_byte, enclosing_budget, count_tokens, lang_marker_tokens)
         remaining = budget - enc.tokens - lang_marker_tokens
         candidates = _candidates(table, enc, line, recent_edit_lines)
+        if not summaries:  # ablation: a block goes in whole or not at all
+            candidates = [c for c in candidates if _drop_summary_forms(c)]
         t = _check(deadline, timings, "candidates", t)
         result = pack(candidates, max(0, remaining), count_tokens, lang_marker_tokens,
                       max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges)
@@ -285,6 +288,22 @@ def _assemble(
         prefix=rendered.prefix, suffix=rendered.suffix, blocks=blocks, dropped=dropped_blocks, strategy="ast",
         fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0, timings_ms=timings,
     )
+
+
+def warm_file(path: str, text: str, language: str | None = None, cache: TreeCache | None = None) -> float:
+    """Parse ``text`` and build its symbol table now (an IDE opened the file), so the first
+    completion in it pays only for an incremental re-parse. Returns milliseconds spent."""
+    t0 = time.perf_counter()
+    lang = normalize_language(language) if language else detect_language(path, text)
+    if is_supported(lang):
+        assert lang is not None
+        extract_symbols((cache if cache is not None else TREE_CACHE).get(path, text, lang))
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def _drop_summary_forms(candidate: Candidate) -> bool:
+    candidate.forms = [f for f in candidate.forms if f.name != "summary"]
+    return bool(candidate.forms)
 
 
 def _candidates(

@@ -218,3 +218,19 @@ def test_cli_explain_prints_report(tmp_path, capsys) -> None:  # type: ignore[no
     assert main([str(f), "--line", str(line), "--column", str(column), "--budget", "400"]) == 0
     out = capsys.readouterr().out
     assert "OrderBook.quote" in out and "<CURSOR>" in out and "of budget 400" in out
+
+
+def test_summaries_off_keeps_blocks_whole_or_drops_them() -> None:
+    from workers.context.tokens import rough_token_count
+
+    helpers = "".join(f"def helper_{i}(x: int) -> int:\n    \"\"\"Helper {i}.\"\"\"\n" + "    x += 1\n" * 30
+                      + "    return x\n\n\n" for i in range(12))
+    text = helpers + "def main() -> int:\n    total = helper_3(1) + helper_7(2)\n    return total\n"
+    line = text.splitlines().index("    total = helper_3(1) + helper_7(2)")
+    with_summaries = assemble_context(text, "m.py", line, 12, count_tokens=rough_token_count, budget_tokens=300,
+                                      timeout_ms=1000)
+    without = assemble_context(text, "m.py", line, 12, count_tokens=rough_token_count, budget_tokens=300,
+                               timeout_ms=1000, summaries=False)
+    assert any(b.form == "summary" for b in with_summaries.blocks)
+    assert all(b.form != "summary" for b in without.blocks)
+    assert without.strategy == with_summaries.strategy == "ast"

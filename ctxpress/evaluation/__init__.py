@@ -1,0 +1,1 @@
+"""Measurement: evaluation cases, scoring, ``ctxpress eval``, ``ctxpress bench``, ``ctxpress stats``."""

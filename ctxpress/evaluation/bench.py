@@ -1,0 +1,276 @@
+"""``ctxpress bench``: serving under load and over time, baseline and optimized side by side.
+
+Scenarios (each bounded in requests and seconds):
+- ``short``: cursors in short files; ``long``: cursors in files of >= 2,000 lines.
+- ``file_switch``: a few files completed in turn, over and over (what a prompt/KV cache pool sees).
+- ``concurrency``: N simulated IDE clients with think time, sending at once.
+- ``typing``: a function body blanked out and typed back at a human pace; at every pause longer
+  than the IDE's debounce a completion is requested and scored against what is typed next.
+Modes alternate request by request, except in ``typing`` and ``file_switch``, where each mode
+replays the whole session in turn: there the engine's cache state across requests is what is
+measured, and interleaving would let one mode evict the other's cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxpress.client import CompletionClient
+from ctxpress.evaluation.cases import Case, cut_out, make_cases
+from ctxpress.evaluation.progress import Progress
+from ctxpress.evaluation.runner import percentile
+from ctxpress.evaluation.scoring import first_line
+from ctxpress.wire.v1 import CompletionRequest, FileOpened
+
+MODES = ("baseline", "optimized")
+SCENARIOS = ("short", "long", "file_switch", "concurrency", "typing")
+
+
+@dataclass
+class BenchConfig:
+    nats_url: str
+    subject: str
+    modes: Sequence[str] = MODES
+    requests: int = 6  # per scenario and mode
+    max_seconds: float = 900.0  # per scenario
+    clients: int = 3
+    think_s: float = 0.5
+    max_tokens: int = 16
+    typing_cps: float = 6.0  # characters per second of a steady typist
+    debounce_ms: float = 150.0
+    typing_pauses: int = 12  # completions asked for per typing replay
+    seed: int = 0
+
+
+@dataclass
+class Sample:
+    mode: str
+    latency_ms: float
+    reply: dict[str, Any]
+    matched: bool | None = None
+
+
+def third_party_root() -> Path:
+    import sqlalchemy
+
+    assert sqlalchemy.__file__ is not None
+    return Path(sqlalchemy.__file__).parent
+
+
+def _request(case: Case, text: str, mode: str, scenario: str, max_tokens: int) -> CompletionRequest:
+    return CompletionRequest(repository=Path(case.repo).name, path=case.path, text=text, line=case.line,
+                             column=case.column, max_tokens=max_tokens, mode=mode,  # type: ignore[arg-type]
+                             scenario=f"bench-{scenario}")
+
+
+async def _send(client: CompletionClient, request: CompletionRequest) -> tuple[float, dict[str, Any]]:
+    started = time.perf_counter()
+    reply = await client.complete(request)
+    return (time.perf_counter() - started) * 1000, reply
+
+
+async def _open(client: CompletionClient, case: Case, text: str) -> None:
+    await client.file_opened(FileOpened(repository=Path(case.repo).name, path=case.path, text=text))
+
+
+async def _cases_scenario(client: CompletionClient, name: str, cases: Sequence[Case], cfg: BenchConfig,
+                          progress: Progress, interleave: bool, rounds: int = 1) -> list[Sample]:
+    samples: list[Sample] = []
+    deadline = time.monotonic() + cfg.max_seconds
+    texts = {c.path: (Path(c.repo) / c.path).read_text(encoding="utf-8") for c in cases}
+    for case in cases:
+        await _open(client, case, texts[case.path])
+    order = ([(r, c, m) for r in range(rounds) for c in cases for m in cfg.modes] if interleave
+             else [(r, c, m) for m in cfg.modes for r in range(rounds) for c in cases])
+    for _, case, mode in order:
+        if time.monotonic() > deadline:
+            break
+        cut, _ = cut_out(texts[case.path], case.line, case.column)
+        latency, reply = await _send(client, _request(case, cut, mode, name, cfg.max_tokens))
+        samples.append(Sample(mode, latency, reply))
+        progress.advance(f"{name} {mode} {latency:.0f} ms")
+    return samples
+
+
+async def _concurrency(cfg: BenchConfig, cases: Sequence[Case], progress: Progress) -> list[Sample]:
+    samples: list[Sample] = []
+    deadline = time.monotonic() + cfg.max_seconds
+    rng = random.Random(cfg.seed)
+
+    async def ide(index: int) -> None:
+        async with CompletionClient(cfg.nats_url, cfg.subject) as client:
+            for round_ in range(cfg.requests):
+                if time.monotonic() > deadline:
+                    return
+                case = cases[(index + round_) % len(cases)]
+                text = (Path(case.repo) / case.path).read_text(encoding="utf-8")
+                cut, _ = cut_out(text, case.line, case.column)
+                mode = cfg.modes[(index + round_) % len(cfg.modes)]
+                latency, reply = await _send(client, _request(case, cut, mode, "concurrency", cfg.max_tokens))
+                samples.append(Sample(mode, latency, reply))
+                progress.advance(f"concurrency {mode} {latency:.0f} ms")
+                await asyncio.sleep(cfg.think_s * (0.5 + rng.random()))
+
+    await asyncio.gather(*(ide(i) for i in range(cfg.clients)))
+    return samples
+
+
+_WORD = re.compile(r"\w+|\s+|[^\w\s]")
+
+
+def typing_pauses(body: str, cps: float, debounce_ms: float, seed: int) -> list[int]:
+    """Offsets in ``body`` where a typist pauses longer than the debounce: after words and
+    punctuation, with a human's irregular gaps (seeded)."""
+    rng = random.Random(seed)
+    pauses, offset = [], 0
+    for match in _WORD.finditer(body):
+        offset = match.end()
+        gap_ms = 1000 / cps * rng.uniform(0.5, 3.0) if not match.group().isspace() else 0.0
+        if gap_ms > debounce_ms and body[offset:offset + 1] != "\n" and offset < len(body):
+            pauses.append(offset)
+    return pauses
+
+
+def pick_function(text: str) -> tuple[int, int] | None:
+    """A function body of 6-30 lines: (start offset of its first body line, end offset)."""
+    from indexer.parsing import parse_text
+    from indexer.symbols import extract_symbols
+
+    table = extract_symbols(parse_text(text, "python", "<bench>"))
+    source = text.encode("utf-8")
+    best = None
+    for sym in table.symbols:
+        if sym.kind not in {"function", "method"} or sym.body_start_byte is None or sym.body_end_byte is None:
+            continue
+        lines = sym.end_line - sym.start_line
+        if 6 <= lines <= 30:
+            start = source.rfind(b"\n", 0, sym.body_start_byte) + 1
+            span = (len(source[:start].decode()), len(source[: sym.body_end_byte].decode()))
+            if best is None or abs(lines - 15) < abs(best[2] - 15):
+                best = (*span, lines)
+    return (best[0], best[1]) if best else None
+
+
+async def _typing(client: CompletionClient, path: Path, cfg: BenchConfig, progress: Progress) -> list[Sample]:
+    text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+    span = pick_function(text)
+    if span is None:
+        raise ValueError(f"{path}: no function of 6-30 lines to type")
+    start, end = span
+    body = text[start:end]
+    pauses = typing_pauses(body, cfg.typing_cps, cfg.debounce_ms, cfg.seed)
+    step = max(1, len(pauses) // cfg.typing_pauses)
+    pauses = pauses[::step][: cfg.typing_pauses]
+    repository = path.parent.name
+    samples: list[Sample] = []
+    deadline = time.monotonic() + cfg.max_seconds
+    for mode in cfg.modes:  # a whole replay per mode: the cache between keystrokes is the point
+        await client.file_opened(FileOpened(repository=repository, path=path.name, text=text[:start] + text[end:]))
+        clock = time.monotonic()
+        for offset in pauses:
+            if time.monotonic() > deadline:
+                break
+            typed = body[:offset]
+            current = text[:start] + typed + text[end:]
+            line = current.count("\n", 0, start + offset)
+            column = start + offset - (current.rfind("\n", 0, start + offset) + 1)
+            # the typist's own pace: wait until this pause would happen, unless the model is slower
+            due = clock + offset / cfg.typing_cps
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            request = CompletionRequest(repository=repository, path=path.name, text=current, line=line,
+                                        column=column, max_tokens=cfg.max_tokens, mode=mode,  # type: ignore[arg-type]
+                                        scenario="bench-typing")
+            latency, reply = await _send(client, request)
+            next_text = body[offset:].split("\n", 1)[0]
+            suggestion = first_line(reply.get("completion", ""))
+            matched = bool(suggestion.strip()) and next_text.startswith(suggestion.rstrip())
+            samples.append(Sample(mode, latency, reply, matched))
+            progress.advance(f"typing {mode} {latency:.0f} ms")
+            clock = min(clock, time.monotonic() - offset / cfg.typing_cps)
+    return samples
+
+
+def summarise(samples: Sequence[Sample], seconds: float) -> dict[str, Any]:
+    ok = [s for s in samples if "error" not in s.reply]
+    out: dict[str, Any] = {"requests": len(samples), "errors": len(samples) - len(ok)}
+    lat = [s.latency_ms for s in ok]
+    out["latency_ms_p50"] = percentile(lat, 50) if lat else None
+    out["latency_ms_p95"] = percentile(lat, 95) if lat else None
+    out["throughput_rps"] = len(ok) / seconds if seconds > 0 else None
+    prompt = sum(s.reply["context"].get("prompt_tokens") or 0 for s in ok)
+    cached = sum(s.reply["context"].get("cached_tokens") or 0 for s in ok)
+    out["cache_hit_rate"] = cached / prompt if prompt else 0.0
+    out["prompt_tokens_mean"] = statistics.fmean(s.reply["context"].get("prompt_tokens") or 0 for s in ok) if ok \
+        else None
+    proposed = sum(s.reply.get("draft_tokens_proposed") or 0 for s in ok)
+    accepted = sum(s.reply.get("draft_tokens_accepted") or 0 for s in ok)
+    # accepted draft tokens per decoding step that used a draft; None while no request drafted
+    out["draft_accepted_per_step"] = accepted / proposed if proposed else None
+    matched = [s.matched for s in samples if s.matched is not None]
+    if matched:
+        out["suggestion_match_rate"] = sum(matched) / len(matched)
+    return out
+
+
+async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Path | None = None,
+                    files: Sequence[Path] = ()) -> dict[str, dict[str, dict[str, Any]]]:
+    root = third_party_root()
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    sizes = {"short": cfg.requests, "long": cfg.requests, "file_switch": 3 * 2 * 2,
+             "concurrency": cfg.clients * cfg.requests, "typing": cfg.typing_pauses}
+    progress = Progress(sum(sizes[s] * (1 if s == "concurrency" else len(cfg.modes)) for s in scenarios), "bench")
+
+    def cases_for(min_lines: int, max_lines: int, n: int) -> list[Case]:
+        if files:  # cursors from the given files only, whatever their length
+            picked = [c for f in files for c in make_cases(f.parent, 10 * n, cfg.seed) if c.path == f.name]
+            return picked[:n]
+        return make_cases(root, n, cfg.seed, min_lines=min_lines, max_lines=max_lines)
+
+    async with CompletionClient(cfg.nats_url, cfg.subject) as client:
+        for name in scenarios:
+            started = time.monotonic()
+            if name == "short":
+                samples = await _cases_scenario(client, name, cases_for(0, 300, cfg.requests), cfg, progress, True)
+            elif name == "long":
+                samples = await _cases_scenario(client, name, cases_for(2000, 0, cfg.requests), cfg, progress, True)
+            elif name == "file_switch":
+                picked = cases_for(300, 0, 3)
+                samples = await _cases_scenario(client, name, picked, cfg, progress, False, rounds=2)
+            elif name == "concurrency":
+                samples = await _concurrency(cfg, cases_for(0, 600, cfg.clients * 2), progress)
+            elif name == "typing":
+                path = typing_file or root / "engine" / "result.py"
+                samples = await _typing(client, path, cfg, progress)
+            else:
+                raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+            seconds = time.monotonic() - started
+            results[name] = {mode: summarise([s for s in samples if s.mode == mode], seconds)
+                             for mode in cfg.modes}
+    return results
+
+
+def report_lines(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    keys = ("requests", "errors", "latency_ms_p50", "latency_ms_p95", "throughput_rps", "cache_hit_rate",
+            "prompt_tokens_mean", "draft_accepted_per_step", "suggestion_match_rate")
+    lines = []
+    for name, modes in results.items():
+        lines.append(f"[{name}]" + "".join(f"{m:>14}" for m in modes))
+        for key in keys:
+            values = [modes[m].get(key) for m in modes]
+            if all(v is None for v in values):
+                continue
+            lines.append(f"  {key:<24}" + "".join(f"{'-' if v is None else format(v, '.3f'):>14}" for v in values))
+    return lines
+
+
+def final_line(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    return json.dumps({"scenarios": results})

@@ -1,0 +1,156 @@
+"""CLI of the measurement tools: ``eval``, ``eval make-cases``, ``stats`` (``bench`` in bench.py)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ctxpress.features import parse_list
+from ctxpress.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    ev = sub.add_parser("eval", help="quality and latency, baseline against optimized (see also `eval make-cases`)")
+    ev.add_argument("--cases", type=Path, required=True, help="JSONL file of cases")
+    ev.add_argument("--mode", choices=["baseline", "optimized", "both"], default="both")
+    ev.add_argument("--features", default="",
+                    help="ablation for optimized: --features=-summaries, --features crop=off,summaries=on")
+    ev.add_argument("--out", type=Path, help="write one JSON line per request here")
+    ev.add_argument("--limit", type=int, help="only the first N cases")
+    ev.add_argument("--max-tokens", type=int, default=24, help="scoring reads the first line only")
+    ev.add_argument("--budget", type=int, help="context budget in tokens (default: the deployment's)")
+    ev.add_argument("--gate", type=float, metavar="POINTS",
+                    help="exit 1 when optimized exact match is more than POINTS below baseline (stop-loss)")
+    ev.set_defaults(func=cmd_eval)
+
+    be = sub.add_parser("bench", help="serving under load and over time: scenarios, baseline and optimized")
+    be.add_argument("--scenario", action="append", choices=["short", "long", "file_switch", "concurrency", "typing"],
+                    help="run only these (repeatable; default: all)")
+    be.add_argument("--file", type=Path, action="append", default=[],
+                    help="use this file (typing: the file to replay; others: where cursors are taken)")
+    be.add_argument("--requests", type=int, default=6, help="requests per scenario and mode")
+    be.add_argument("--clients", type=int, default=3, help="simulated IDEs in the concurrency scenario")
+    be.add_argument("--max-seconds", type=float, default=900.0, help="bound on each scenario")
+    be.add_argument("--typing-pauses", type=int, default=12, help="completions asked for in a typing replay")
+    be.add_argument("--mode", choices=["baseline", "optimized", "both"], default="both")
+    be.set_defaults(func=cmd_bench)
+
+    st = sub.add_parser("stats", help="summarise per-request telemetry")
+    st.add_argument("--since", default="1h", help="time span, e.g. 30m, 1h, 7d")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_stats)
+
+
+def make_cases_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ctxpress eval make-cases",
+                                description="build evaluation cases from the code of any repository")
+    p.add_argument("--repo", type=Path, required=True)
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--min-lines", type=int, default=0, help="only files of at least this many lines")
+    p.add_argument("--max-lines", type=int, default=0, help="only files of at most this many lines (0: any)")
+    p.add_argument("--out", type=Path, help="write the cases here (default: stdout)")
+    return p
+
+
+def cmd_make_cases(argv: list[str]) -> int:
+    from ctxpress.evaluation.cases import make_cases, write_cases
+    from ctxpress.evaluation.progress import Progress
+
+    args = make_cases_parser().parse_args(argv)
+    if not args.repo.is_dir():
+        print(f"error: {args.repo} is not a directory", file=sys.stderr)
+        return 2
+    bar: list[Progress] = []
+
+    def progress(done: int, total: int) -> None:
+        if not bar:
+            bar.append(Progress(total, "scanning files"))
+        bar[0].advance()
+
+    cases = make_cases(args.repo, args.n, args.seed, args.min_lines, progress=progress, max_lines=args.max_lines)
+    if args.out:
+        write_cases(cases, args.out)
+    else:
+        sys.stdout.write("".join(c.to_json() + "\n" for c in cases))
+    files = len({c.path for c in cases})
+    print(f"{len(cases)} cases from {files} files of {args.repo}"
+          + (f" (asked for {args.n}: not enough candidate lines)" if len(cases) < args.n else ""), file=sys.stderr)
+    return 0 if cases else 1
+
+
+def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.evaluation.cases import read_cases
+    from ctxpress.evaluation.runner import EvalConfig, ratios, report_lines, run_eval, summarise
+
+    try:
+        features = parse_list(args.features) if args.features else None
+        cases = read_cases(args.cases)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.limit:
+        cases = cases[: args.limit]
+    modes = ["baseline", "optimized"] if args.mode == "both" else [args.mode]
+    config = EvalConfig(settings.effective_nats_url(), settings.completion_subject, modes, features,
+                        args.max_tokens, args.budget)
+    rows = asyncio.run(run_eval(cases, config, args.out))
+    summary: dict[str, Any] = {mode: summarise(rows[mode]) for mode in modes}
+    if args.mode == "both":
+        summary["ratio"] = ratios(summary["baseline"], summary["optimized"])
+    summary["n"] = len(cases)
+    if features:
+        summary["features"] = features
+    for line in report_lines(summary):
+        print(line)
+    status = 0
+    if args.gate is not None:
+        if args.mode != "both":
+            print("error: --gate needs --mode both", file=sys.stderr)
+            return 2
+        drop = (summary["baseline"].get("exact_match", 0) - summary["optimized"].get("exact_match", 0)) * 100
+        verdict = "FAIL" if drop > args.gate else "pass"
+        print(f"quality gate: optimized exact match is {drop:+.1f} points below baseline "
+              f"(limit {args.gate:g}): {verdict}")
+        status = 1 if drop > args.gate else 0
+        summary["gate"] = {"limit_points": args.gate, "drop_points": drop, "passed": status == 0}
+    print(json.dumps(summary))
+    return status
+
+
+def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.evaluation.bench import SCENARIOS, BenchConfig, final_line, report_lines, run_bench
+
+    modes = ["baseline", "optimized"] if args.mode == "both" else [args.mode]
+    cfg = BenchConfig(settings.effective_nats_url(), settings.completion_subject, modes=modes,
+                      requests=args.requests, clients=args.clients, max_seconds=args.max_seconds,
+                      typing_pauses=args.typing_pauses)
+    scenarios = args.scenario or list(SCENARIOS)
+    typing_file = next((f for f in args.file), None) if "typing" in scenarios else None
+    others = [] if scenarios == ["typing"] else args.file
+    try:
+        results = asyncio.run(run_bench(cfg, scenarios, typing_file, others))
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in report_lines(results):
+        print(line)
+    print(final_line(results))
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.evaluation.stats import collect, parse_since, render
+
+    try:
+        since = parse_since(args.since)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stats = collect(settings.effective_database_url(), since)
+    print(json.dumps(stats, default=float) if args.json else render(stats, args.since))
+    return 0

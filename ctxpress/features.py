@@ -1,0 +1,60 @@
+"""Optimisations that ``mode=optimized`` can switch on or off per request, for ablations.
+
+Each optimisation registers itself here with a name and a default; ``ctxpress eval
+--features`` and the wire format validate against this registry, so a new optimisation
+only needs one ``register`` call to become measurable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    description: str
+    default: bool = True
+
+
+REGISTRY: dict[str, Feature] = {}
+
+
+def register(name: str, description: str, default: bool = True) -> Feature:
+    feature = Feature(name, description, default)
+    REGISTRY[name] = feature
+    return feature
+
+
+def resolve(overrides: dict[str, bool] | None) -> dict[str, bool]:
+    """Every registered feature with its effective value."""
+    values = {name: f.default for name, f in REGISTRY.items()}
+    for name, value in (overrides or {}).items():
+        if name not in REGISTRY:
+            raise KeyError(name)
+        values[name] = value
+    return values
+
+
+def parse_list(spec: str) -> dict[str, bool]:
+    """``"-summaries,+crop,retrieval=off"`` -> {"summaries": False, "crop": True, "retrieval": False}."""
+    out: dict[str, bool] = {}
+    for raw in filter(None, (part.strip() for part in spec.split(","))):
+        if "=" in raw:
+            name, _, value = raw.partition("=")
+            if value.lower() not in {"on", "off", "true", "false", "1", "0"}:
+                raise ValueError(f"feature {name!r}: value must be on/off, got {value!r}")
+            out[name] = value.lower() in {"on", "true", "1"}
+        elif raw[0] in "+-":
+            out[raw[1:]] = raw[0] == "+"
+        else:
+            out[raw] = True
+        name = raw.partition("=")[0].lstrip("+-")
+        if name not in REGISTRY:
+            raise ValueError(f"unknown feature {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    return out
+
+
+register("crop", "tree-sitter block cropping of the file (off: the baseline window)")
+register("summaries", "structured summaries of blocks that do not fit whole (off: whole or dropped)")
+register("retrieval", "cross-file chunks from the repository index (pgvector + lexical, fused)")

@@ -1,0 +1,283 @@
+"""What a git hook runs: publish the paths a commit changed, with their contents, to JetStream.
+
+Run by the installed hooks as ``python -I -S indexer/hook_publish.py HOOK [ARGS...] --repository
+NAME --nats URL``. Standard library only, on purpose: an interpreter without site-packages starts
+in ~20 ms, and a minimal NATS client (CONNECT, SUB, PUB with a reply inbox, wait for the
+JetStream ack) finishes in a few more, so the hook never slows a commit down. When NATS cannot
+be reached it says so in one line and exits 0: a commit never fails because of us.
+
+The message (``ctxpress.wire.v1.IndexEvent``) carries the content of every changed path at the
+new commit, so the index worker needs no access to this disk. Secrets (``indexer.filters``) are
+never read, and binaries and files over the size limit are sent as names only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+STARTED = time.time()
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from indexer.filters import DEFAULT_MAX_FILE_BYTES, content_reason, path_reason  # noqa: E402
+
+SUBJECT = "ctxpress.v1.index.git"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+CONNECT_TIMEOUT_S = 0.5
+ACK_TIMEOUT_S = 2.0
+
+
+class PublishError(RuntimeError):
+    pass
+
+
+def _git(*args: str, stdin: bytes | None = None) -> bytes:
+    proc = subprocess.run(["git", *args], input=stdin, capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise PublishError(f"git {args[0]}: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def _rev(name: str) -> str | None:
+    proc = subprocess.run(["git", "rev-parse", "--verify", "-q", f"{name}^{{commit}}"], capture_output=True,
+                          check=False)
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.decode().strip() or None
+
+
+def _rebasing() -> bool:
+    git_dir = Path(_git("rev-parse", "--git-dir").decode().strip())
+    return (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists()
+
+
+def commits_for(hook: str, args: list[str]) -> tuple[str | None, str] | None:
+    """(old, new) commits whose difference this hook reports; None: nothing to report."""
+    new = _rev("HEAD")
+    if new is None:
+        return None
+    if hook in ("post-commit", "post-checkout") and _rebasing():
+        return None  # a rebase reports once, at its end, through post-rewrite
+    if hook == "post-commit":
+        return _rev("HEAD^1"), new
+    if hook == "post-merge":
+        return _rev("ORIG_HEAD"), new
+    if hook == "post-checkout":
+        if len(args) >= 3 and args[2] == "0":
+            return None  # a file checkout: the working tree, not a commit, changed
+        old = args[0] if args and set(args[0]) != {"0"} else None
+        return (old, new) if old != new else None
+    if hook == "post-rewrite":
+        return (_rev("HEAD@{1}") if args and args[0] == "amend" else _rev("ORIG_HEAD")), new
+    return None
+
+
+def changed(old: str | None, new: str) -> list[dict[str, str | None]]:
+    out = _git("diff", "--name-status", "-z", "-M", "--no-ext-diff", old or EMPTY_TREE, new)
+    fields = out.decode("utf-8", "surrogateescape").split("\0")
+    changes: list[dict[str, str | None]] = []
+    i = 0
+    while i < len(fields) and fields[i]:
+        status = fields[i][0]
+        if status == "R":
+            changes.append({"path": fields[i + 2], "status": "R", "old_path": fields[i + 1]})
+            i += 3
+        elif status == "C":
+            changes.append({"path": fields[i + 2], "status": "A", "old_path": None})
+            i += 3
+        else:
+            changes.append({"path": fields[i + 1], "status": "D" if status == "D" else ("A" if status == "A" else "M"),
+                            "old_path": None})
+            i += 2
+    return changes
+
+
+def attach_contents(commit: str, changes: list[dict[str, str | None]], max_bytes: int) -> None:
+    """Fill in each path's content at ``commit`` with one ``git cat-file --batch``."""
+    wanted = []
+    for change in changes:
+        change["text"] = None
+        change["skipped"] = None
+        if change["status"] == "D":
+            continue
+        reason = path_reason(str(change["path"]))
+        if reason:
+            change["skipped"] = reason  # never read a secret; vendored/generated are not indexed anyway
+            continue
+        wanted.append(change)
+    if not wanted:
+        return
+    request = "".join(f"{commit}:{c['path']}\n" for c in wanted).encode("utf-8", "surrogateescape")
+    out = _git("cat-file", "--batch", stdin=request)
+    pos = 0
+    for change in wanted:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        pos = end + 1
+        if len(header) < 3 or header[-1] == b"missing":
+            change["skipped"] = "missing"
+            continue
+        size = int(header[2])
+        data = out[pos : pos + size]
+        pos += size + 1
+        reason = content_reason(data, max_bytes)
+        if reason:
+            change["skipped"] = reason
+        else:
+            change["text"] = data.decode("utf-8")
+
+
+def split_messages(event: dict[str, object], changes: list[dict[str, str | None]], limit: int) -> list[bytes]:
+    """One message per ``limit`` bytes of payload (a rebase can change many files)."""
+    groups: list[list[dict[str, str | None]]] = [[]]
+    size = 0
+    for change in changes:
+        n = len(json.dumps(change, ensure_ascii=False).encode()) + 2
+        if groups[-1] and size + n > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(change)
+        size += n
+    return [json.dumps({**event, "changes": g, "part": i, "parts": len(groups)}, ensure_ascii=False).encode()
+            for i, g in enumerate(groups)]
+
+
+class TinyNats:
+    """Just enough of the NATS client protocol to publish and wait for JetStream's acks."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url if "://" in url else f"nats://{url}")
+        if parts.scheme not in ("nats", "tcp", ""):
+            raise PublishError(f"the hook speaks plain nats:// only, not {parts.scheme}://")
+        self.address = (parts.hostname or "127.0.0.1", parts.port or 4222)
+        self.user, self.password = parts.username, parts.password
+        self.sock = socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
+        self.buffer = b""
+        info = self._line()
+        if not info.startswith(b"INFO "):
+            raise PublishError(f"unexpected greeting from {url}: {info[:60]!r}")
+        self.info = json.loads(info[5:])
+        if self.info.get("tls_required"):
+            raise PublishError("the server requires TLS, which the hook does not speak")
+        options: dict[str, object] = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True,
+                                      "name": "ctxpress-git-hook", "lang": "python", "version": "1", "protocol": 1}
+        if self.user and self.password:
+            options.update(user=self.user, **{"pass": self.password})
+        elif self.user:
+            options["auth_token"] = self.user
+        self.sock.sendall(b"CONNECT " + json.dumps(options).encode() + b"\r\n")
+
+    @property
+    def max_payload(self) -> int:
+        return int(self.info.get("max_payload", 1 << 20))
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise PublishError("connection closed by the server")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\r\n")
+        return line
+
+    def _exactly(self, n: int) -> bytes:
+        while len(self.buffer) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise PublishError("connection closed by the server")
+            self.buffer += chunk
+        data, self.buffer = self.buffer[:n], self.buffer[n + 2 :]
+        return data
+
+    def publish_all(self, subject: str, payloads: list[bytes], timeout_s: float) -> list[int]:
+        """Publish and wait for every JetStream ack; returns the stream sequences."""
+        inbox = f"_INBOX.{secrets.token_hex(8)}"
+        out = [f"SUB {inbox}.* 1\r\n".encode()]
+        for i, payload in enumerate(payloads):
+            out.append(f"PUB {subject} {inbox}.{i} {len(payload)}\r\n".encode() + payload + b"\r\n")
+        self.sock.sendall(b"".join(out))
+        seqs: dict[int, int] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(seqs) < len(payloads):
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            line = self._line()
+            if line.startswith(b"PING"):
+                self.sock.sendall(b"PONG\r\n")
+            elif line.startswith(b"-ERR"):
+                raise PublishError(line.decode(errors="replace"))
+            elif line.startswith(b"MSG ") or line.startswith(b"HMSG "):
+                fields = line.split()
+                reply_to = fields[1].decode()
+                if line.startswith(b"HMSG "):
+                    header_len, total = int(fields[-2]), int(fields[-1])
+                    data = self._exactly(total)
+                    headers, body = data[:header_len], data[header_len:]
+                    if b" 503" in headers.split(b"\r\n", 1)[0]:
+                        raise PublishError("no index stream on the server (is `ctxpress up` running?)")
+                else:
+                    body = self._exactly(int(fields[-1]))
+                ack = json.loads(body or b"{}")
+                if "error" in ack:
+                    raise PublishError(f"stream refused the event: {ack['error'].get('description', ack['error'])}")
+                seqs[int(reply_to.rsplit(".", 1)[1])] = int(ack.get("seq", 0))
+        return [seqs[i] for i in range(len(payloads))]
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="ctxpress-hook")
+    parser.add_argument("hook")
+    parser.add_argument("hook_args", nargs="*")
+    parser.add_argument("--repository", required=True)
+    parser.add_argument("--nats", required=True)
+    parser.add_argument("--subject", default=SUBJECT)
+    parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES)
+    args = parser.parse_args(argv)
+    try:
+        span = commits_for(args.hook, args.hook_args)
+        if span is None:
+            return 0
+        old, new = span
+        changes = changed(old, new)
+        if not changes:
+            return 0
+        attach_contents(new, changes, args.max_bytes)
+        event = {"repository": args.repository, "commit": new, "previous": old, "hook": args.hook,
+                 "published_at": STARTED}
+        client = TinyNats(args.nats)
+        try:
+            payloads = split_messages(event, changes, max(64 * 1024, min(client.max_payload - 4096, 4 << 20)))
+            client.publish_all(args.subject, payloads, ACK_TIMEOUT_S)
+        finally:
+            client.close()
+    except (OSError, PublishError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        print(f"ctxpress: index not updated (NATS at {args.nats}: {reason}); "
+              "`ctxpress index --changed` catches up later", file=sys.stderr)
+        return 0
+    trace = os.environ.get("CTXPRESS_HOOK_TRACE")
+    if trace:  # freshness measurement: when this hook started, per commit
+        with open(trace, "a") as f:
+            f.write(f"{new} {STARTED:.6f} {time.time():.6f}\n")
+    if os.environ.get("CTXPRESS_HOOK_VERBOSE"):
+        print(f"ctxpress: {len(changes)} path(s) of {new[:10]} sent in {(time.time() - STARTED) * 1000:.0f} ms",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

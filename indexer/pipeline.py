@@ -1,0 +1,295 @@
+"""Index a whole repository, or a set of changed files, into PostgreSQL.
+
+Three stages: cut files into chunks (tree-sitter, this process), embed the chunks whose (symbol,
+content hash) the index does not hold yet (Triton), write (one transaction). Nothing is written
+before every file has been cut and every vector computed, so a failure (embedder down, database
+error, Ctrl-C) leaves the index exactly as it was: no partial index.
+
+Idempotent by construction: an unchanged file is recognised by its content hash and costs one
+lookup; an unchanged function inside a changed file keeps its row and its vector. Events from the
+stream carry their stream sequence, and a file never goes back to an older sequence, so a message
+redelivered after a newer one was applied changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from db import chunks as store
+from db.session import engine_for
+from indexer.chunks import Chunk, ChunkingError, FileChunks, chunk_file
+from indexer.embeddings import TritonEmbedder
+from indexer.filters import DEFAULT_MAX_FILE_BYTES
+from indexer.walk import Skipped, SourceFile, changed_paths, classify, head_commit, iter_files, list_paths, repo_root
+from serving.embedder import MODEL_ID
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass
+class FileChange:
+    """The new state of one path. ``text`` None: the file is gone (deleted, or renamed away)."""
+
+    path: str
+    text: str | None
+    skipped: str | None = None  # the publisher did not send the content, and why
+    seq: int | None = None  # stream sequence of the event that carried it
+    edited: bool = True  # counts as a recent edit for retrieval's coarse filter
+
+
+@dataclass
+class IndexSummary:
+    repository: str
+    files_seen: int = 0
+    files_indexed: int = 0  # changed or new, written
+    files_unchanged: int = 0
+    files_removed: int = 0  # deleted, or newly skipped, with chunks dropped
+    chunks_written: int = 0
+    chunks_deleted: int = 0
+    chunks_total: int = 0  # chunks of the files indexed (written or kept)
+    vectors_computed: int = 0
+    vectors_reused: int = 0
+    stale_events: int = 0  # older than what the index already holds
+    skipped: list[Skipped] = field(default_factory=list)
+    seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def skipped_by_reason(self) -> Counter[str]:
+        return Counter(s.reason.split(" at line")[0] for s in self.skipped)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "repository": self.repository, "files_seen": self.files_seen, "files_indexed": self.files_indexed,
+            "files_unchanged": self.files_unchanged, "files_removed": self.files_removed,
+            "chunks_written": self.chunks_written, "chunks_deleted": self.chunks_deleted,
+            "chunks_total": self.chunks_total, "vectors_computed": self.vectors_computed,
+            "vectors_reused": self.vectors_reused, "stale_events": self.stale_events,
+            "skipped": dict(self.skipped_by_reason()),
+            "skipped_files": [{"path": s.path, "reason": s.reason} for s in self.skipped],
+            "seconds": round(self.seconds, 3),
+            "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
+        }
+
+
+@dataclass
+class _Planned:
+    change: FileChange
+    chunks: FileChunks | None  # None: remove the path
+    reason: str | None = None  # why removed (skip reason), None for a deletion
+    size: int = 0
+
+
+class Indexer:
+    def __init__(self, database_url: str, embedder: TritonEmbedder,
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+        self.database_url = database_url
+        self.embedder = embedder
+        self.max_file_bytes = max_file_bytes
+
+    # -- entry points -------------------------------------------------------------------------
+
+    def index_repository(self, root: str | Path, name: str | None = None,
+                         progress: Progress | None = None) -> IndexSummary:
+        """Index every file of the repository at ``root``; files gone from it leave the index."""
+        top = repo_root(root)
+        name = name or top.name
+        paths = list_paths(top)
+        changes: list[FileChange] = []
+        summary = IndexSummary(repository=name)
+        for item in iter_files(top, paths, self.max_file_bytes):
+            if isinstance(item, SourceFile):
+                changes.append(FileChange(item.path, item.text, edited=False))
+            else:
+                summary.skipped.append(item)
+        return self._run(name, changes, summary, root=str(top), commit=head_commit(top), full=True,
+                         progress=progress)
+
+    def index_changed(self, root: str | Path, name: str | None = None,
+                      progress: Progress | None = None) -> IndexSummary:
+        """Index only what git says changed since the last indexed commit (and the uncommitted work)."""
+        top = repo_root(root)
+        name = name or top.name
+        with Session(engine_for(self.database_url)) as session:
+            repo = store.find_repository(session, name)
+            since = repo.head_commit if repo else None
+        changes: list[FileChange] = []
+        for path in changed_paths(top, since):
+            full = top / path
+            if full.is_file() and not full.is_symlink():
+                try:
+                    data = full.read_bytes()
+                except OSError as exc:
+                    changes.append(FileChange(path, None, skipped=f"unreadable: {exc.strerror or exc}"))
+                    continue
+                try:
+                    changes.append(FileChange(path, data.decode("utf-8")))
+                except UnicodeDecodeError:
+                    changes.append(FileChange(path, None, skipped="binary"))
+            else:
+                changes.append(FileChange(path, None))
+        return self._run(name, changes, IndexSummary(repository=name), root=str(top), commit=head_commit(top),
+                         progress=progress)
+
+    def apply_changes(self, name: str, changes: Sequence[FileChange], commit: str | None = None,
+                      progress: Progress | None = None) -> IndexSummary:
+        """Index the given file states (from the stream: hooks and IDE saves)."""
+        return self._run(name, list(changes), IndexSummary(repository=name), commit=commit, progress=progress)
+
+    # -- the three stages -------------------------------------------------------------------------
+
+    def _run(self, name: str, changes: list[FileChange], summary: IndexSummary, *, root: str | None = None,
+             commit: str | None = None, full: bool = False, progress: Progress | None = None) -> IndexSummary:
+        started = time.perf_counter()
+        summary.files_seen = len(changes) + len(summary.skipped)
+        # Later changes of the same path win (coalescing: a burst is one pass per file).
+        latest: dict[str, FileChange] = {}
+        for change in changes:
+            latest.pop(change.path, None)
+            latest[change.path] = change
+        engine = engine_for(self.database_url)
+        with Session(engine) as session:
+            repo = store.find_repository(session, name)
+            # A full index compares against every row; a change set only needs its own paths.
+            known = store.file_rows(session, repo.id, None if full else list(latest)) if repo else {}
+
+        plans: list[_Planned] = []
+        t = time.perf_counter()
+        for n, change in enumerate(latest.values(), 1):
+            row = known.get(change.path)
+            if change.seq is not None and row is not None and row.source_seq >= change.seq:
+                summary.stale_events += 1
+            else:
+                plan = self._plan(change, row, summary)
+                if plan is not None:
+                    plans.append(plan)
+            if progress:
+                progress("parsing", n, len(latest))
+        summary.stage_seconds["parse"] = time.perf_counter() - t
+        if full:
+            present = set(latest)
+            skipped = {s.path: s.reason for s in summary.skipped if s.reason != "unsupported language"}
+            for path, reason in skipped.items():
+                # Record why a file of a language we index stays out (broken, generated, too large), and
+                # drop its chunks if it was indexed before.
+                row = known.get(path)
+                if row is None or row.skipped_reason != reason:
+                    plans.append(_Planned(FileChange(path, None, edited=False), None, reason))
+            for path, row in known.items():
+                if path not in present and path not in skipped and not row.deleted:
+                    plans.append(_Planned(FileChange(path, None, edited=False), None))  # gone from the repository
+
+        vectors = self._vectors(name, plans, summary, progress)
+
+        t = time.perf_counter()
+        now = datetime.now(UTC)
+        with Session(engine) as session, session.begin():
+            store.lock_repository(session, name)
+            repo = store.ensure_repository(session, name, root)
+            # Re-read under the lock: another writer may have applied a newer event meanwhile.
+            current = store.file_rows(session, repo.id, [p.change.path for p in plans])
+            for n, plan in enumerate(plans, 1):
+                change = plan.change
+                row = current.get(change.path)
+                if change.seq is not None and row is not None and row.source_seq >= change.seq:
+                    summary.stale_events += 1
+                    continue
+                if plan.chunks is None:
+                    if row is None and plan.reason is None:
+                        continue  # deleting what was never indexed
+                    removed = store.remove_file(session, repo.id, change.path, reason=plan.reason,
+                                                source_seq=change.seq)
+                    summary.chunks_deleted += removed
+                    if removed or (row is not None and not row.deleted and row.skipped_reason is None):
+                        summary.files_removed += 1
+                    continue
+                fc = plan.chunks
+                rows = [_row(c, vectors[c.content_hash]) for c in fc.chunks]
+                inserted, deleted = store.replace_file_chunks(
+                    session, repo.id, change.path, language=fc.language, content_hash=fc.content_hash,
+                    size_bytes=plan.size, imports=fc.imports, module_keys=fc.module_keys, chunks=rows,
+                    source_seq=change.seq, edited_at=now if change.edited else None,
+                )
+                summary.chunks_written += inserted
+                summary.chunks_deleted += deleted
+                summary.files_indexed += 1
+                if progress:
+                    progress("writing", n, len(plans))
+            if full or commit:
+                store.set_repository_head(session, repo.id, commit, MODEL_ID)
+        summary.stage_seconds["write"] = time.perf_counter() - t
+        summary.seconds = time.perf_counter() - started
+        return summary
+
+    def _plan(self, change: FileChange, row: store.FileRow | None, summary: IndexSummary) -> _Planned | None:
+        if change.text is None:
+            if change.skipped:
+                summary.skipped.append(Skipped(change.path, change.skipped))
+            return _Planned(change, None, change.skipped)
+        data = change.text.encode("utf-8")
+        item = classify(change.path, data, self.max_file_bytes)
+        if isinstance(item, Skipped):
+            summary.skipped.append(item)
+            if item.reason == "unsupported language" and row is None:
+                return None
+            return _Planned(change, None, item.reason)
+        try:
+            fc = chunk_file(item.path, item.text, item.language)
+        except ChunkingError as exc:
+            summary.skipped.append(Skipped(change.path, str(exc)))
+            return _Planned(change, None, str(exc))
+        summary.chunks_total += len(fc.chunks)
+        if row is not None and not row.deleted and row.content_hash == fc.content_hash and change.seq is None:
+            summary.files_unchanged += 1
+            return None  # same bytes as indexed: nothing to write
+        return _Planned(change, fc, size=len(data))
+
+    def _vectors(self, name: str, plans: list[_Planned], summary: IndexSummary,
+                 progress: Progress | None) -> dict[str, np.ndarray]:
+        """A vector for every chunk content of the plans: reused from the index when that exact content
+        is already embedded in the repository (also under another path), computed otherwise."""
+        t = time.perf_counter()
+        wanted: dict[str, Chunk] = {}
+        for plan in plans:
+            if plan.chunks is not None:
+                for c in plan.chunks.chunks:
+                    wanted.setdefault(c.content_hash, c)
+        vectors: dict[str, np.ndarray] = {}
+        if wanted:
+            with Session(engine_for(self.database_url)) as session:
+                repo = store.find_repository(session, name)
+                if repo is not None:
+                    hashes = list(wanted)
+                    for i in range(0, len(hashes), 5000):
+                        vectors.update(store.vectors_by_hash(session, repo.id, hashes[i : i + 5000]))
+        summary.vectors_reused = len(vectors)
+        missing = [c for h, c in wanted.items() if h not in vectors]
+        if missing:
+            done = [0]
+
+            def tick(n: int) -> None:
+                done[0] += n
+                if progress:
+                    progress("embedding", done[0], len(missing))
+
+            computed = self.embedder.embed([c.embedding_text() for c in missing], progress=tick)
+            for c, v in zip(missing, computed, strict=True):
+                vectors[c.content_hash] = v
+        summary.vectors_computed = len(missing)
+        summary.stage_seconds["embed"] = time.perf_counter() - t
+        return vectors
+
+
+def _row(c: Chunk, vector: np.ndarray) -> store.ChunkRow:
+    return store.ChunkRow(
+        symbol=c.symbol, kind=c.kind, language=c.language, start_line=c.start_line, end_line=c.end_line,
+        signature=c.signature, content=c.content, content_hash=c.content_hash, name_lexemes=c.name_lexemes,
+        lexemes=c.lexemes, embedding=vector,
+    )

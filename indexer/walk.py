@@ -1,0 +1,141 @@
+"""The files of a repository worth indexing, and the ones skipped with their reason.
+
+git decides what belongs to the repository (tracked files plus untracked ones that .gitignore
+does not exclude), so the walk honours every .gitignore, .git/info/exclude and the global excludes
+exactly as git does. ``indexer.filters`` then drops secrets, vendored and generated code, binaries
+and files over the size limit; tree-sitter languages we cannot cut into blocks are skipped too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from indexer.filters import DEFAULT_MAX_FILE_BYTES, content_reason, path_reason
+from indexer.parsing import detect_language, is_supported
+
+
+class WalkError(RuntimeError):
+    """The repository cannot be walked (not a directory, not a git work tree, git failed)."""
+
+
+@dataclass
+class SourceFile:
+    path: str  # relative, '/'-separated
+    language: str
+    text: str
+
+
+@dataclass
+class Skipped:
+    path: str
+    reason: str
+
+
+@dataclass
+class WalkResult:
+    files: list[SourceFile] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def skipped_by_reason(self) -> Counter[str]:
+        return Counter(s.reason.split(":", 1)[0] for s in self.skipped)
+
+
+def _git(root: Path, *args: str, timeout: float = 60) -> bytes:
+    try:
+        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WalkError(f"git {' '.join(args)} failed: {exc}") from exc
+    if proc.returncode != 0:
+        raise WalkError(f"git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def repo_root(path: str | Path) -> Path:
+    """The work tree root containing ``path``; ``WalkError`` when it is not inside a git work tree."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise WalkError(f"{p} is not a directory")
+    return Path(_git(p, "rev-parse", "--show-toplevel").decode().strip()).resolve()
+
+
+def list_paths(root: Path) -> list[str]:
+    out = _git(root, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    return sorted({p for p in out.decode("utf-8", "surrogateescape").split("\0") if p})
+
+
+def classify(path: str, data: bytes, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> SourceFile | Skipped:
+    """One file's fate: a ``SourceFile`` to index, or ``Skipped`` with the reason."""
+    reason = path_reason(path)
+    if reason:
+        return Skipped(path, reason)
+    language = detect_language(path)
+    if not is_supported(language):
+        return Skipped(path, "unsupported language")
+    reason = content_reason(data, max_bytes)
+    if reason:
+        return Skipped(path, reason)
+    text = data.decode("utf-8")
+    assert language is not None
+    return SourceFile(path, detect_language(path, text) or language, text)
+
+
+def iter_files(root: Path, paths: list[str], max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Iterator[SourceFile | Skipped]:
+    for path in paths:
+        reason = path_reason(path)
+        if reason:  # never open a secret
+            yield Skipped(path, reason)
+            continue
+        if not is_supported(detect_language(path)):
+            yield Skipped(path, "unsupported language")
+            continue
+        full = root / path
+        try:
+            if full.is_symlink() or not full.is_file():
+                yield Skipped(path, "not a regular file")
+                continue
+            if full.stat().st_size > max_bytes:
+                yield Skipped(path, "too large")
+                continue
+            data = full.read_bytes()
+        except OSError as exc:
+            yield Skipped(path, f"unreadable: {exc.strerror or exc}")
+            continue
+        yield classify(path, data, max_bytes)
+
+
+def walk(root: str | Path, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> WalkResult:
+    top = repo_root(root)
+    result = WalkResult()
+    for item in iter_files(top, list_paths(top), max_bytes):
+        (result.files if isinstance(item, SourceFile) else result.skipped).append(item)
+    return result
+
+
+def head_commit(root: Path) -> str | None:
+    try:
+        return _git(root, "rev-parse", "--verify", "-q", "HEAD").decode().strip() or None
+    except WalkError:
+        return None
+
+
+def changed_paths(root: Path, since: str | None) -> list[str]:
+    """Paths git says changed: since commit ``since`` (when given and known) plus the working tree's
+    uncommitted and untracked (not ignored) changes. Deleted paths are included (the caller sees them
+    missing on disk and removes them from the index); for a rename both paths come back."""
+    paths: set[str] = set()
+    if since:
+        try:
+            out = _git(root, "diff", "--name-only", "--no-renames", "-z", since, "HEAD")
+            paths.update(p for p in out.decode("utf-8", "surrogateescape").split("\0") if p)
+        except WalkError:
+            since = None  # unknown (e.g. garbage-collected) commit: fall back to the working tree only
+    status = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+    for entry in status.decode("utf-8", "surrogateescape").split("\0"):
+        if len(entry) > 3:
+            paths.add(entry[3:])
+    return sorted(p for p in paths if not p.endswith(os.sep))

@@ -1,0 +1,63 @@
+"""The gateway routes each file to its shard's worker (real NATS, real worker processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from workers.gateway import route
+from workers.sharding import shard_for
+
+pytestmark = pytest.mark.services
+
+
+def start(module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", module], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def test_route_reads_repository_and_path_only() -> None:
+    data = json.dumps({"repository": "r", "path": "a/b.py", "text": "x" * 10}).encode()
+    assert route(data, 4) == shard_for("r", "a/b.py", 4)
+    assert route(b"{not json", 4) == 0  # shard 0's worker answers with the structured error
+
+
+async def test_gateway_sends_each_file_to_its_shard(appliance: Any, nats_client: Any) -> None:
+    base = "test.sharded.complete"
+    env = {**appliance.env, "CTXPRESS_COMPLETION_SUBJECT": base, "CTXPRESS_SHARDS": "2",
+           "CTXPRESS_WORKER_METRICS_PORT": "0", "CTXPRESS_COMPLETION_QUEUE": base}
+    gateway = start("workers.gateway", env)
+    # only shard 0 has a worker: shard 1's files must come back as "did not answer", quickly
+    worker = start("workers.completion", {**env, "CTXPRESS_SHARD": "0"})
+    try:
+        files = [f"pkg/module_{i}.py" for i in range(12)]
+        expected = {f: shard_for("repo", f, 2) for f in files}
+        assert set(expected.values()) == {0, 1}
+        replies: dict[str, dict[str, Any]] = {}
+        for _ in range(150):  # wait for both processes to subscribe
+            try:
+                probe = {"repository": "repo", "path": next(f for f in files if expected[f] == 0), "text": "x\n",
+                         "line": 9, "column": 0}
+                msg = await nats_client.request(base, json.dumps(probe).encode(), timeout=2)
+                if json.loads(msg.data)["error"]["code"] == "cursor_out_of_range":
+                    break
+            except Exception:
+                pass
+            await asyncio.sleep(0.2)
+        for f in files:
+            # a cursor past the end: the worker answers at once, no model time spent
+            request = {"repository": "repo", "path": f, "text": "x = 1\n", "line": 5, "column": 0}
+            msg = await nats_client.request(base, json.dumps(request).encode(), timeout=30)
+            replies[f] = json.loads(msg.data)
+        for f, shard in expected.items():
+            code = replies[f]["error"]["code"]
+            assert code == ("cursor_out_of_range" if shard == 0 else "inference_unavailable"), (f, replies[f])
+    finally:
+        for proc in (worker, gateway):
+            proc.terminate()
+            proc.wait(timeout=30)

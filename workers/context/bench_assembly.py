@@ -1,0 +1,76 @@
+"""Time context assembly alone on real files: ``python -m workers.context.bench_assembly FILE...``.
+
+Replays what a worker sees while a developer types: the file was opened (parsed once), then
+each request is one keystroke later at a cursor somewhere in the file. Prints the median and
+p95 of assembly time per file with the model's own tokenizer (memoised, as in the worker),
+and the compression against the whole file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+
+from workers.context.assemble import assemble_context, warm_file
+
+
+def _percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+def bench_file(path: Path, count_tokens, requests: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    rng = random.Random(seed)
+    warm_file(str(path), text)
+    times, ratios, fallbacks = [], [], 0
+    for _ in range(requests):
+        line = rng.randrange(len(lines))
+        body = lines[line].rstrip("\r\n")
+        column = rng.randint(0, len(body))
+        # one keystroke: a character typed at the cursor
+        edited = [*lines[:line], body[:column] + "x" + body[column:] + lines[line][len(body):], *lines[line + 1:]]
+        ctx = assemble_context("".join(edited), str(path), line, column + 1, count_tokens=count_tokens,
+                               budget_tokens=budget, timeout_ms=1000.0)
+        times.append(ctx.elapsed_ms)
+        fallbacks += ctx.strategy != "ast"
+        if ctx.context_tokens:
+            ratios.append(ctx.file_tokens / ctx.context_tokens)
+    return {"file": str(path), "lines": len(lines), "requests": requests, "median_ms": statistics.median(times),
+            "p95_ms": _percentile(times, 95), "max_ms": max(times), "not_ast": fallbacks,
+            "compression_median": statistics.median(ratios) if ratios else 0.0}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--budget", type=int, default=1024)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    from ctxpress.settings import get_settings
+    from serving.tokenizer import Tokenizer
+    from serving.weights import TARGET, ensure_model
+
+    settings = get_settings()
+    tokenizer = Tokenizer(settings.model_path or ensure_model(TARGET, settings.models_dir))
+    count = functools.lru_cache(maxsize=50_000)(tokenizer.count)
+    rows = []
+    for path in args.files:
+        row = bench_file(path, count, args.requests, args.budget, args.seed)
+        rows.append(row)
+        print(f"{path.name:<28} {row['lines']:>6} lines  median {row['median_ms']:6.2f} ms  "
+              f"p95 {row['p95_ms']:6.2f} ms  max {row['max_ms']:6.1f} ms  not-ast {row['not_ast']}  "
+              f"compression {row['compression_median']:.1f}:1", file=sys.stderr)
+    print(json.dumps({"files": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""The gateway: IDEs keep one subject; each file's requests go to the same shard.
+
+A file's prompt KV cache lives on the Triton instance behind one completion-worker shard,
+so the gateway reads only ``repository`` and ``path`` of a request and forwards it
+unchanged to ``<subject>.<shard>``, then relays the reply. Requests it cannot route
+(bad JSON, no path) are forwarded to shard 0, whose worker answers with the structured
+error; a shard that does not answer gets the IDE a structured error, not a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+
+import nats
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError, TimeoutError
+
+from ctxpress.settings import Settings, get_settings
+from ctxpress.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorCode, ErrorResponse
+from workers.sharding import shard_for
+
+log = logging.getLogger("ctxpress.gateway")
+
+
+def route(data: bytes, shards: int) -> int:
+    try:
+        head = json.loads(data)
+        return shard_for(str(head["repository"]), str(head["path"]), shards)
+    except (ValueError, KeyError, TypeError):
+        return 0
+
+
+async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
+    nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-gateway", max_reconnect_attempts=-1)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def forward(msg: Msg, base: str) -> None:
+        shard = route(msg.data, settings.shards)
+        try:
+            reply = await nc.request(f"{base}.{shard}", msg.data, timeout=settings.triton_timeout_s + 10)
+            payload = reply.data
+        except (NoRespondersError, TimeoutError) as exc:
+            body = ErrorBody(code=ErrorCode.INFERENCE_UNAVAILABLE,
+                             message=f"shard {shard} did not answer: {type(exc).__name__}")
+            payload = ErrorResponse(error=body).model_dump_json().encode()
+        if msg.reply:
+            await msg.respond(payload)
+
+    def handler(base: str):  # type: ignore[no-untyped-def]
+        async def on_message(msg: Msg) -> None:
+            task = asyncio.create_task(forward(msg, base))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        return on_message
+
+    subs = [
+        await nc.subscribe(settings.completion_subject, queue="ctxpress-gateway",
+                           cb=handler(settings.completion_subject)),
+        await nc.subscribe(SUBJECT_FILE_OPENED, queue="ctxpress-gateway", cb=handler(SUBJECT_FILE_OPENED)),
+    ]
+    log.info("gateway: %s -> %s.<0..%d>", settings.completion_subject, settings.completion_subject,
+             settings.shards - 1)
+    await stop.wait()
+    for sub in subs:
+        await sub.drain()
+    if tasks:
+        await asyncio.wait(tasks, timeout=settings.triton_timeout_s)
+    await nc.drain()
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = get_settings()
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_gateway(settings, stop)
+
+    asyncio.run(runner())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

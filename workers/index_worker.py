@@ -1,0 +1,215 @@
+"""The index worker: keeps the repository index fresh from the ``CTXPRESS_INDEX`` JetStream stream.
+
+Git hooks publish ``ctxpress.v1.index.git`` events and IDEs ``ctxpress.v1.file_saved``; every
+worker binds the same durable pull consumer, so they share the stream like a queue group. A
+batch is what is pending when the worker looks (a burst, a rebase's files), folded to the latest
+state of each path: one pass per file, not one per event. Messages are acked only after the
+database commit; a crash leaves them unacked and JetStream redelivers them after ``ack_wait``.
+Applying an event twice changes nothing (content hashes, and each file's last stream sequence).
+
+Run several: ``python -m workers.index_worker``. SIGTERM finishes the batch in hand, then leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from functools import partial
+
+import nats
+from nats.aio.msg import Msg
+from pydantic import ValidationError
+
+from ctxpress.settings import Settings, get_settings
+from ctxpress.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
+from indexer.embeddings import TritonEmbedder
+from indexer.pipeline import FileChange, Indexer, IndexSummary
+from indexer.stream import MAX_BATCH, ensure_stream
+
+log = logging.getLogger("ctxpress.worker.index")
+
+IN_PROGRESS_EVERY_S = 3.0  # a long batch tells JetStream it is still alive
+
+
+@dataclass
+class Decoded:
+    repository: str
+    changes: list[FileChange]
+    commit: str | None
+    started_at: float | None  # when the hook ran / the IDE saved (epoch s), for freshness
+    kind: str
+
+
+def decode(msg: Msg, seq: int) -> Decoded:
+    """A stream message to the file states it carries; ``ValueError`` for a malformed one."""
+    try:
+        if msg.subject == SUBJECT_FILE_SAVED:
+            saved = FileSaved.model_validate_json(msg.data)
+            return Decoded(saved.repository, [FileChange(saved.path, saved.text, seq=seq)], None, saved.saved_at,
+                           "save")
+        event = IndexEvent.model_validate_json(msg.data)
+    except ValidationError as exc:
+        raise ValueError(f"invalid {msg.subject} message: {exc.errors()[0]['msg']}") from None
+    changes: list[FileChange] = []
+    for c in event.changes:
+        if c.status == "R" and c.old_path:
+            changes.append(FileChange(c.old_path, None, seq=seq))
+        if c.status == "D":
+            changes.append(FileChange(c.path, None, seq=seq))
+        else:
+            changes.append(FileChange(c.path, c.text, skipped=c.skipped if c.text is None else None, seq=seq))
+    return Decoded(event.repository, changes, event.commit, event.published_at, event.hook)
+
+
+@dataclass
+class WorkerStats:
+    worker: str
+    batches: int = 0
+    events: int = 0
+    invalid: int = 0
+    failures: int = 0
+    files_indexed: int = 0
+    file_passes: Counter[str] = field(default_factory=Counter)  # "repo:path" -> passes (coalescing check)
+    stale_events: int = 0
+    freshness_ms: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
+    last_error: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        fresh = sorted(self.freshness_ms)
+        return {
+            "worker": self.worker, "batches": self.batches, "events": self.events, "invalid": self.invalid,
+            "failures": self.failures, "files_indexed": self.files_indexed, "stale_events": self.stale_events,
+            "max_passes_per_file": max(self.file_passes.values(), default=0),
+            "file_passes": dict(self.file_passes.most_common(50)),
+            "freshness_ms": {"n": len(fresh), "p50": fresh[len(fresh) // 2] if fresh else None,
+                             "p95": fresh[min(len(fresh) - 1, int(len(fresh) * 0.95))] if fresh else None},
+            "last_error": self.last_error,
+        }
+
+
+class IndexWorker:
+    def __init__(self, settings: Settings, indexer: Indexer) -> None:
+        self.settings = settings
+        self.indexer = indexer
+        self.stats = WorkerStats(worker=f"{os.uname().nodename}:{os.getpid()}")
+
+    async def handle_batch(self, msgs: list[Msg]) -> None:
+        """Apply one batch; ack after commit, nak (redeliver later) on failure."""
+        self.stats.batches += 1
+        by_repo: dict[str, list[tuple[int, Decoded]]] = {}
+        good: list[Msg] = []
+        for msg in msgs:
+            seq = msg.metadata.sequence.stream
+            try:
+                decoded = decode(msg, seq)
+            except ValueError as exc:
+                self.stats.invalid += 1
+                log.warning(json.dumps({"event": "invalid", "seq": seq, "subject": msg.subject, "error": str(exc)}))
+                await msg.term()  # never redeliver what can never be read
+                continue
+            good.append(msg)
+            by_repo.setdefault(decoded.repository, []).append((seq, decoded))
+        self.stats.events += len(good)
+        keepalive = asyncio.create_task(self._keep_alive(good))
+        loop = asyncio.get_running_loop()
+        try:
+            for repository, items in by_repo.items():
+                items.sort(key=lambda x: x[0])
+                changes = [c for _, d in items for c in d.changes]
+                commit = next((d.commit for _, d in reversed(items) if d.commit), None)
+                summary: IndexSummary = await loop.run_in_executor(
+                    None, partial(self.indexer.apply_changes, repository, changes, commit))
+                done = time.time()
+                self.stats.files_indexed += summary.files_indexed
+                self.stats.stale_events += summary.stale_events
+                for path in {c.path for c in changes}:
+                    self.stats.file_passes[f"{repository}:{path}"] += 1
+                for _, d in items:
+                    if d.started_at:
+                        self.stats.freshness_ms.append((done - d.started_at) * 1000)
+                log.info(json.dumps({"event": "indexed", "repository": repository, "events": len(items),
+                                     "paths": len({c.path for c in changes}), "files": summary.files_indexed,
+                                     "chunks_written": summary.chunks_written,
+                                     "chunks_deleted": summary.chunks_deleted, "stale": summary.stale_events,
+                                     "skipped": dict(summary.skipped_by_reason()),
+                                     "ms": round(summary.seconds * 1000, 1)}))
+        except Exception as exc:
+            self.stats.failures += 1
+            self.stats.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("batch of %d events failed; they will be redelivered", len(good))
+            keepalive.cancel()
+            for msg in good:
+                await msg.nak(delay=2.0)
+            return
+        keepalive.cancel()
+        for msg in good:
+            await msg.ack()
+
+    async def _keep_alive(self, msgs: list[Msg]) -> None:
+        while True:
+            await asyncio.sleep(IN_PROGRESS_EVERY_S)
+            for msg in msgs:
+                await msg.in_progress()
+
+
+async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
+    embedder = TritonEmbedder(settings.effective_triton_url())
+    indexer = Indexer(settings.effective_database_url(), embedder, settings.index_max_file_bytes)
+    worker = IndexWorker(settings, indexer)
+    nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-index-worker", max_reconnect_attempts=-1)
+    js = nc.jetstream()
+    await ensure_stream(js, settings)
+    sub = await js.pull_subscribe_bind(settings.index_consumer, settings.index_stream)
+
+    async def on_status(msg: Msg) -> None:
+        await msg.respond(json.dumps(worker.stats.as_dict()).encode())
+
+    status_sub = await nc.subscribe(settings.index_status_subject, cb=on_status)
+    log.info("index worker on stream %s (consumer %s), Triton at %s", settings.index_stream,
+             settings.index_consumer, settings.effective_triton_url())
+    while not stop.is_set():
+        try:
+            msgs = await sub.fetch(1, timeout=1.0)  # returns as soon as one event is there
+        except (TimeoutError, nats.errors.TimeoutError):
+            continue
+        except Exception as exc:  # a reconnect in progress: wait and retry
+            log.warning("fetch failed: %s", exc)
+            await asyncio.sleep(0.5)
+            continue
+        try:
+            pending = (await sub.consumer_info()).num_pending
+            if pending:  # a burst: take what is already waiting, so each file is indexed once
+                msgs += await sub.fetch(min(pending, MAX_BATCH - 1), timeout=0.5)
+        except (TimeoutError, nats.errors.TimeoutError):
+            pass
+        await worker.handle_batch(msgs)
+    await status_sub.unsubscribe()
+    await sub.unsubscribe()
+    await nc.drain()
+    embedder.close()
+    log.info("index worker stopped")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = get_settings()
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_worker(settings, stop)
+
+    asyncio.run(runner())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

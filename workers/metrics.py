@@ -1,0 +1,27 @@
+"""Prometheus metrics of the workers (served on ``/metrics``; Triton keeps its own).
+
+Names follow the ``ctxpress_`` prefix the Grafana dashboard in ``infra/grafana`` reads.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 60.0)
+
+REQUESTS = Counter("ctxpress_requests", "Completion requests by outcome", ["mode", "outcome"])
+ERRORS = Counter("ctxpress_errors", "Completion requests answered with an error", ["code"])
+DEGRADED = Counter("ctxpress_degraded", "Requests served on a fallback path, by reason", ["part", "reason"])
+REQUEST_LATENCY = Histogram("ctxpress_request_latency_seconds", "End-to-end latency in the worker",
+                            ["mode", "scenario"], buckets=_LATENCY_BUCKETS)
+STAGE_LATENCY = Histogram("ctxpress_stage_latency_seconds", "Latency per stage", ["stage"],
+                          buckets=(0.001, 0.005, 0.01, 0.02, 0.05, *_LATENCY_BUCKETS))
+FILE_TOKENS = Counter("ctxpress_file_tokens", "Tokens of the whole files completed in")
+CONTEXT_TOKENS = Counter("ctxpress_context_tokens", "Context tokens after cropping")
+PROMPT_TOKENS = Counter("ctxpress_prompt_tokens", "Prompt tokens sent to the model")
+CACHED_PROMPT_TOKENS = Counter("ctxpress_cached_prompt_tokens", "Prompt tokens served from the engine's cache")
+DRAFT_PROPOSED = Counter("ctxpress_draft_tokens_proposed", "Draft tokens proposed by speculative decoding")
+DRAFT_ACCEPTED = Counter("ctxpress_draft_tokens_accepted", "Draft tokens accepted by the target model")
+CONTEXT_SOURCES = Counter("ctxpress_context_sources", "Context sources used", ["source"])
+FEEDBACK = Counter("ctxpress_feedback", "IDE feedback on completions", ["action"])
+TELEMETRY_DROPPED = Counter("ctxpress_telemetry_dropped", "Telemetry rows dropped (database down or backlog)")

@@ -1,0 +1,105 @@
+"""Per-request telemetry rows in PostgreSQL, written off the hot path in batches.
+
+A request only appends to an in-memory queue; a background task flushes it every
+``flush_interval_s`` or ``batch_size`` rows through an executor. If the database is
+down the rows wait (bounded) and are dropped, counted and logged beyond that bound:
+telemetry must never slow down or fail a completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from db.session import engine_for
+from workers import metrics
+
+log = logging.getLogger("ctxpress.worker.telemetry")
+
+EVENT_COLUMNS = (
+    "request_id", "repository", "path", "language", "mode", "scenario", "model", "outcome", "degraded_reason",
+    "error_code", "strategy", "sources", "features", "file_tokens", "context_tokens", "prompt_tokens",
+    "cached_tokens", "completion_tokens", "draft_tokens_proposed", "draft_tokens_accepted", "queue_ms",
+    "context_ms", "prompt_ms", "decode_ms", "total_ms",
+)
+_INSERT_EVENT = text(
+    f"INSERT INTO completion_events ({', '.join(EVENT_COLUMNS)}) VALUES "
+    f"({', '.join(':' + c if c != 'features' else 'CAST(:features AS jsonb)' for c in EVENT_COLUMNS)})"
+)
+_INSERT_FEEDBACK = text(
+    "INSERT INTO completion_feedback (completion_id, action, chars_kept) VALUES (:completion_id, :action, :chars_kept)"
+)
+
+
+class TelemetryWriter:
+    def __init__(self, database_url: str, *, batch_size: int = 200, flush_interval_s: float = 0.5,
+                 max_backlog: int = 20_000) -> None:
+        self.database_url = database_url
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self.max_backlog = max_backlog
+        self._events: list[dict[str, Any]] = []
+        self._feedback: list[dict[str, Any]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def record_event(self, row: dict[str, Any]) -> None:
+        self._append(self._events, {c: row.get(c) for c in EVENT_COLUMNS})
+
+    def record_feedback(self, row: dict[str, Any]) -> None:
+        self._append(self._feedback, row)
+
+    def _append(self, rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
+        if len(self._events) + len(self._feedback) >= self.max_backlog:
+            metrics.TELEMETRY_DROPPED.inc()
+            return
+        rows.append(row)
+        if len(rows) >= self.batch_size:
+            self._wake.set()
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.flush_interval_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            events, self._events = self._events, []
+            feedback, self._feedback = self._feedback, []
+            if events or feedback:
+                try:
+                    await loop.run_in_executor(None, self._write, events, feedback)
+                except SQLAlchemyError as exc:
+                    log.warning("telemetry write failed (%d rows kept for retry): %s", len(events) + len(feedback),
+                                str(exc).splitlines()[0])
+                    self._events[:0] = events
+                    self._feedback[:0] = feedback
+                    if self._closing:
+                        metrics.TELEMETRY_DROPPED.inc(len(events) + len(feedback))
+                        return
+                    await asyncio.sleep(1.0)
+            if self._closing and not self._events and not self._feedback:
+                return
+
+    def _write(self, events: Sequence[dict[str, Any]], feedback: Sequence[dict[str, Any]]) -> None:
+        with engine_for(self.database_url).begin() as conn:
+            if events:
+                conn.execute(_INSERT_EVENT, list(events))
+            if feedback:
+                conn.execute(_INSERT_FEEDBACK, list(feedback))
