@@ -304,10 +304,12 @@ class CompletionWorkerPart(Part):
 
     def ready(self) -> bool:
         # Ready means it answers: an empty object must come back as a structured error.
-        return _nats_answers(self.settings.effective_nats_url(), self.settings.completion_subject)
+        return _nats_answers(self.settings.effective_nats_url(), self.settings.completion_subject, b"{}", "error")
 
 
-def _nats_answers(url: str, subject: str) -> bool:
+def _nats_answers(url: str, subject: str, payload: bytes, expected_key: str) -> bool:
+    """One request-reply round trip: does a JSON reply with ``expected_key`` come back?"""
+
     async def probe() -> bool:
         import nats
         from nats.errors import NoRespondersError, TimeoutError
@@ -317,9 +319,9 @@ def _nats_answers(url: str, subject: str) -> bool:
         except Exception:
             return False
         try:
-            reply = await nc.request(subject, b"{}", timeout=1.0)
-            return "error" in json.loads(reply.data)
-        except (NoRespondersError, TimeoutError):
+            reply = await nc.request(subject, payload, timeout=1.0)
+            return expected_key in json.loads(reply.data)
+        except (NoRespondersError, TimeoutError, ValueError):
             return False
         finally:
             await nc.close()
@@ -338,27 +340,9 @@ class IndexWorkerPart(Part):
 
     def ready(self) -> bool:
         # Ready once it has bound the durable consumer and answers its status subject (one round trip).
-        return _nats_status(self.settings.effective_nats_url(), self.settings.index_status_subject)
+        return _nats_answers(self.settings.effective_nats_url(), self.settings.index_status_subject, b"", "worker")
 
 
-def _nats_status(url: str, subject: str) -> bool:
-    async def probe() -> bool:
-        import nats
-        from nats.errors import NoRespondersError, TimeoutError
-
-        try:
-            nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False)
-        except Exception:
-            return False
-        try:
-            reply = await nc.request(subject, b"", timeout=1.0)
-            return "worker" in json.loads(reply.data)
-        except (NoRespondersError, TimeoutError, ValueError):
-            return False
-        finally:
-            await nc.close()
-
-    return asyncio.run(probe())
 
 
 def parts(settings: Settings) -> list[Part]:

@@ -12,7 +12,6 @@ import asyncio
 import functools
 import json
 import logging
-import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from pydantic import ValidationError
 
 from ctxpress.features import resolve as resolve_features
 from ctxpress.languages import language_from_path
-from ctxpress.settings import Settings, get_settings
+from ctxpress.settings import Settings
 from ctxpress.wire.v1 import (
     SUBJECT_FILE_OPENED,
     BlockReport,
@@ -57,6 +56,7 @@ from workers.context.retrieval import Retrieval, Retriever, render_retrieved
 from workers.context.window import CursorOutOfRange, Window, baseline_window, split_at_cursor
 from workers.file_store import FileStore
 from workers.postprocess import clean_completion
+from workers.process import run_service
 from workers.telemetry import TelemetryWriter
 
 log = logging.getLogger("ctxpress.worker.completion")
@@ -472,18 +472,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    settings = get_settings()
-
-    async def runner() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await run_worker(settings, stop)
-
-    asyncio.run(runner())
-    return 0
+    return run_service(run_worker)
 
 
 if __name__ == "__main__":

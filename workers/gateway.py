@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 
 import nats
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError, TimeoutError
 
-from ctxpress.settings import Settings, get_settings
+from ctxpress.settings import Settings
 from ctxpress.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorCode, ErrorResponse
+from workers.process import run_service
 from workers.sharding import shard_for
 
 log = logging.getLogger("ctxpress.gateway")
@@ -72,18 +72,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    settings = get_settings()
-
-    async def runner() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await run_gateway(settings, stop)
-
-    asyncio.run(runner())
-    return 0
+    return run_service(run_gateway)
 
 
 if __name__ == "__main__":

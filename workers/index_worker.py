@@ -16,7 +16,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -26,11 +25,12 @@ import nats
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from ctxpress.settings import Settings, get_settings
+from ctxpress.settings import Settings
 from ctxpress.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
 from indexer.stream import MAX_BATCH, ensure_stream
+from workers.process import run_service
 
 log = logging.getLogger("ctxpress.worker.index")
 
@@ -197,18 +197,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    settings = get_settings()
-
-    async def runner() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await run_worker(settings, stop)
-
-    asyncio.run(runner())
-    return 0
+    return run_service(run_worker)
 
 
 if __name__ == "__main__":
