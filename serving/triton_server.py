@@ -8,6 +8,7 @@ deployment.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -17,7 +18,8 @@ import sys
 import sysconfig
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ import numpy as np
 
 from ctxpress.settings import Settings, get_settings
 from serving import protocol
-from serving.cpu_engine import EngineConfig, GenerationFigures, LlamaEngine
+from serving.cpu_engine import EngineConfig, GenerationChunk, GenerationFigures, LlamaEngine
 
 log = logging.getLogger("ctxpress.triton")
 
@@ -102,12 +104,20 @@ def _response(text: str, figures: GenerationFigures) -> dict[str, np.ndarray]:
 
 
 class CompletionModel:
-    """The pytriton inference callable: one request per call (max_batch_size 1)."""
+    """The pytriton inference callable: one request per call (max_batch_size 1).
+
+    An async generator on purpose: pytriton iterates a plain generator on its event loop, so
+    generation would block every other request there, and two requests queued on the engine
+    would deadlock (the second blocking the loop the first needs to stream). Generation runs
+    on one dedicated thread instead (requests are served in arrival order) and chunks cross
+    back through an asyncio queue.
+    """
 
     def __init__(self, engine: LlamaEngine) -> None:
         self.engine = engine
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
 
-    def __call__(self, requests: list[Any]) -> Iterator[list[dict[str, np.ndarray]]]:
+    async def __call__(self, requests: list[Any]) -> AsyncIterator[list[dict[str, np.ndarray]]]:
         # Decoupled: each yield is one response per request of this call.
         assert len(requests) == 1, "the CPU engine is bound with max_batch_size=1"
         inputs = requests[0].data
@@ -117,15 +127,31 @@ class CompletionModel:
         stream = bool(_scalar(inputs, "stream", False))
         temperature = float(_scalar(inputs, "temperature", 0.0))
         stop = _decode_list(inputs.get("stop_words"))
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[GenerationChunk | BaseException | None] = asyncio.Queue()
+
+        def produce() -> None:
+            try:
+                for chunk in self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop):
+                    loop.call_soon_threadsafe(queue.put_nowait, chunk)
+            except BaseException as exc:  # handed to the caller, which turns it into a Triton error
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        self._thread.submit(produce)
         pieces: list[str] = []
-        for chunk in self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop):
-            if chunk.final:
+        while (item := await queue.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            if item.final:
                 # Streaming clients already have the text; a non-streaming one gets it all now.
-                yield [_response("" if stream else "".join(pieces), chunk.figures)]
+                yield [_response("" if stream else "".join(pieces), item.figures)]
             elif stream:
-                yield [_response(chunk.text, chunk.figures)]
+                yield [_response(item.text, item.figures)]
             else:
-                pieces.append(chunk.text)
+                pieces.append(item.text)
 
 
 def _bind_completion_model(triton: Any, engine: LlamaEngine) -> None:

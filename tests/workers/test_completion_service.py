@@ -94,3 +94,14 @@ async def test_worker_keeps_serving_after_bad_requests(appliance: Any, nats_clie
     reply = await ask(nats_client, subject, json.dumps(valid()).encode())
     assert "error" not in reply, reply
     assert reply["completion"].strip().startswith("b")
+
+
+async def test_concurrent_requests_are_all_answered(appliance: Any, nats_client: Any) -> None:
+    # Several IDEs at once: the engine serves them in turn, none hangs (this once deadlocked).
+    import asyncio
+
+    subject = appliance.settings.completion_subject
+    payloads = [json.dumps(valid(max_tokens=4, request_id=f"concurrent-{i}")).encode() for i in range(3)]
+    replies = await asyncio.gather(*(ask(nats_client, subject, p, wait_s=120) for p in payloads))
+    assert [r.get("id") for r in replies] == [f"concurrent-{i}" for i in range(3)], replies
+    assert all(r["completion"].strip().startswith("b") for r in replies)
