@@ -199,13 +199,16 @@ async def _typing(client: CompletionClient, path: Path, cfg: BenchConfig, progre
     return samples
 
 
-def summarise(samples: Sequence[Sample], seconds: float) -> dict[str, Any]:
+def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[str, Any]:
+    """``seconds``: the wall time the samples shared (concurrent clients); without it, throughput
+    is requests per second of this mode's own serving time (sequential scenarios)."""
     ok = [s for s in samples if "error" not in s.reply]
     out: dict[str, Any] = {"requests": len(samples), "errors": len(samples) - len(ok)}
     lat = [s.latency_ms for s in ok]
     out["latency_ms_p50"] = percentile(lat, 50) if lat else None
     out["latency_ms_p95"] = percentile(lat, 95) if lat else None
-    out["throughput_rps"] = len(ok) / seconds if seconds > 0 else None
+    busy = seconds if seconds is not None else sum(lat) / 1000
+    out["throughput_rps"] = len(ok) / busy if busy else None
     prompt = sum(s.reply["context"].get("prompt_tokens") or 0 for s in ok)
     cached = sum(s.reply["context"].get("cached_tokens") or 0 for s in ok)
     out["cache_hit_rate"] = cached / prompt if prompt else 0.0
@@ -225,7 +228,7 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
                     files: Sequence[Path] = ()) -> dict[str, dict[str, dict[str, Any]]]:
     root = third_party_root()
     results: dict[str, dict[str, dict[str, Any]]] = {}
-    sizes = {"short": cfg.requests, "long": cfg.requests, "file_switch": 3 * 2 * 2,
+    sizes = {"short": cfg.requests, "long": cfg.requests, "file_switch": 3 * 2,
              "concurrency": cfg.clients * cfg.requests, "typing": cfg.typing_pauses}
     progress = Progress(sum(sizes[s] * (1 if s == "concurrency" else len(cfg.modes)) for s in scenarios), "bench")
 
@@ -253,7 +256,8 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
             else:
                 raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
             seconds = time.monotonic() - started
-            results[name] = {mode: summarise([s for s in samples if s.mode == mode], seconds)
+            shared = seconds if name == "concurrency" else None
+            results[name] = {mode: summarise([s for s in samples if s.mode == mode], shared)
                              for mode in cfg.modes}
     return results
 
