@@ -354,10 +354,26 @@ def parts(settings: Settings) -> list[Part]:
 START_TIMEOUTS = {"nats": 30.0, "postgres": 120.0, "triton": 300.0, "completion-worker": 120.0, "index-worker": 60.0}
 
 
+def check_ports(settings: Settings) -> None:
+    """Refuse two embedded parts on one port up front (tritonserver would only print its usage)."""
+    ports = {
+        "nats_port": settings.nats_port, "nats_monitor_port": settings.nats_monitor_port,
+        "postgres_port": settings.postgres_port, "triton_http_port": settings.triton_http_port,
+        "triton_grpc_port": settings.triton_grpc_port, "triton_metrics_port": settings.triton_metrics_port,
+        "worker_metrics_port": settings.worker_metrics_port,
+    }
+    seen: dict[int, str] = {}
+    for name, port in ports.items():
+        if port and port in seen:
+            raise StartError(f"CTXPRESS_{name.upper()} and CTXPRESS_{seen[port].upper()} are both {port}")
+        seen[port] = name
+
+
 def up(settings: Settings, report: Callable[[str], None] = print) -> dict[str, float]:
     from serving.weights import DRAFT, TARGET, ensure_model
 
     timings: dict[str, float] = {}
+    check_ports(settings)
     if settings.triton_url is None and settings.model_path is None:
         started = time.perf_counter()
         for model in (TARGET, DRAFT):

@@ -18,9 +18,20 @@ from ctxpress.settings import Settings
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free ports: all sockets stay bound until every port is chosen (one at a time,
+    the kernel may hand out the same port twice, and tritonserver refuses equal ports)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 @pytest.fixture(scope="session")
@@ -33,16 +44,17 @@ def model_path() -> Path:
 
 def appliance_env(home: Path, model: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPRESS_")}
+    ports = iter(free_ports(7))
     env.update({
         "CTXPRESS_HOME": str(home),
         "CTXPRESS_MODEL_PATH": str(model),
-        "CTXPRESS_NATS_PORT": str(free_port()),
-        "CTXPRESS_NATS_MONITOR_PORT": str(free_port()),
-        "CTXPRESS_POSTGRES_PORT": str(free_port()),
-        "CTXPRESS_TRITON_HTTP_PORT": str(free_port()),
-        "CTXPRESS_TRITON_GRPC_PORT": str(free_port()),
-        "CTXPRESS_TRITON_METRICS_PORT": str(free_port()),
-        "CTXPRESS_WORKER_METRICS_PORT": str(free_port()),
+        "CTXPRESS_NATS_PORT": str(next(ports)),
+        "CTXPRESS_NATS_MONITOR_PORT": str(next(ports)),
+        "CTXPRESS_POSTGRES_PORT": str(next(ports)),
+        "CTXPRESS_TRITON_HTTP_PORT": str(next(ports)),
+        "CTXPRESS_TRITON_GRPC_PORT": str(next(ports)),
+        "CTXPRESS_TRITON_METRICS_PORT": str(next(ports)),
+        "CTXPRESS_WORKER_METRICS_PORT": str(next(ports)),
         "CTXPRESS_N_CTX": "2048",
         # Tests share 2 cores with the model and with each other: the product's 30 ms database
         # deadline would turn functional retrieval tests into load tests. The deadline itself is

@@ -51,3 +51,12 @@ def test_up_status_down_leaves_no_process(tmp_path: Path, model_path: Path) -> N
     assert down.returncode == 0
     assert live_processes_under(home) == []
     assert ctxpress(env, "status").returncode == 3
+
+
+def test_up_refuses_two_parts_on_one_port(tmp_path: Path, model_path: Path) -> None:
+    env = appliance_env(tmp_path / "home", model_path)
+    env["CTXPRESS_TRITON_GRPC_PORT"] = env["CTXPRESS_TRITON_HTTP_PORT"]
+    up = ctxpress(env, "up")
+    assert up.returncode == 1
+    assert "CTXPRESS_TRITON_GRPC_PORT and CTXPRESS_TRITON_HTTP_PORT are both" in up.stderr
+    assert live_processes_under(tmp_path / "home") == []
