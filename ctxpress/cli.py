@@ -88,7 +88,8 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         up(settings)
         print(f"up in {time.perf_counter() - started:.1f}s")
     try:
-        results = demo(settings.effective_nats_url(), Path(args.file) if args.file else default_demo_file(), args.n)
+        results = demo(settings.effective_nats_url(), Path(args.file) if args.file else default_demo_file(), args.n,
+                       mode=args.mode)
     finally:
         if not already_up and not args.keep:
             print("\nStopping (use --keep to leave it running)…")
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--file", help="a Python file (default: a 2,000-line third-party module)")
     demo.add_argument("-n", type=int, default=4, help="number of cursors")
     demo.add_argument("--keep", action="store_true", help="leave the appliance running afterwards")
+    demo.add_argument("--mode", choices=["optimized", "baseline"], default="optimized")
     demo.set_defaults(func=_cmd_demo)
 
     worker = sub.add_parser("worker", help="run one worker in the foreground (what a container runs)")

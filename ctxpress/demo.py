@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxpress.client import CompletionClient, repository_of
-from ctxpress.wire.v1 import CompletionRequest
+from ctxpress.wire.v1 import CompletionRequest, FileOpened
 
 
 def default_demo_file() -> Path:
@@ -79,12 +79,15 @@ def _percentile(values: list[float], pct: float) -> float:
 
 
 async def run_demo(nats_url: str, repository: str, relative: str, text: str, cursors: list[Cursor],
-                   report: Callable[[str], None] = print) -> list[dict]:
+                   report: Callable[[str], None] = print, mode: str = "optimized") -> list[dict]:
     results = []
     async with CompletionClient(nats_url) as client:
+        # as an IDE does: the file is opened (and parsed) before anyone types in it
+        await client.file_opened(FileOpened(repository=repository, path=relative, text=text))
         for index, cursor in enumerate(cursors, 1):
             request = CompletionRequest(repository=repository, path=relative, text=cut_out(text, cursor),
-                                        line=cursor.line, column=cursor.column, max_tokens=32)
+                                        line=cursor.line, column=cursor.column, max_tokens=32,
+                                        mode=mode)  # type: ignore[arg-type]
             started = time.perf_counter()
             reply = await client.complete(request)
             wall_ms = (time.perf_counter() - started) * 1000
@@ -102,8 +105,15 @@ async def run_demo(nats_url: str, repository: str, relative: str, text: str, cur
             report(f"     timings ms: context {t['context_ms']:.1f}  queue {t['queue_ms']:.1f}  "
                    f"prompt {t['prompt_ms']:.0f}  decode {t['decode_ms']:.0f}  total {t['total_ms']:.0f}  "
                    f"(round trip {wall_ms:.0f})")
-            report(f"     context:    {ctx['context_tokens']} of {ctx['file_tokens']} file tokens sent "
-                   f"({ctx['strategy']}, lines {ctx['window_start_line'] + 1}-{ctx['window_end_line'] + 1}), "
+            if ctx["strategy"] != "ast":
+                where = "window" if ctx["window_start_line"] is None else \
+                    f"window, lines {ctx['window_start_line'] + 1}-{ctx['window_end_line'] + 1}"
+            else:
+                kinds = ", ".join(sorted({b["kind"] for b in ctx["blocks"]}))
+                where = f"{ctx['strategy']}: {len(ctx['blocks'])} blocks ({kinds})"
+            if ctx.get("degraded"):
+                where += f"; fell back: {ctx['degraded']}"
+            report(f"     context:    {ctx['context_tokens']} of {ctx['file_tokens']} file tokens sent ({where}), "
                    f"prompt {ctx['prompt_tokens']} tokens, {ctx['cached_tokens']} from cache\n")
             results.append({**reply, "wall_ms": wall_ms, "exact": match == "exact"})
     if results:
@@ -113,10 +123,11 @@ async def run_demo(nats_url: str, repository: str, relative: str, text: str, cur
     return results
 
 
-def demo(nats_url: str, path: Path, count: int, report: Callable[[str], None] = print) -> list[dict]:
+def demo(nats_url: str, path: Path, count: int, report: Callable[[str], None] = print,
+         mode: str = "optimized") -> list[dict]:
     text = path.read_text(encoding="utf-8")
     repository, root = repository_of(path)
     relative = str(path.resolve().relative_to(root)) if path.resolve().is_relative_to(root) else path.name
     cursors = pick_cursors(text, count)
     report(f"\nFile: {path} ({len(text.splitlines())} lines); {len(cursors)} cursors\n")
-    return asyncio.run(run_demo(nats_url, repository, relative, text, cursors, report))
+    return asyncio.run(run_demo(nats_url, repository, relative, text, cursors, report, mode))
