@@ -6,7 +6,9 @@ exactly the tokens the engine will see without holding the model in memory.
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -26,3 +28,15 @@ class Tokenizer:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+
+def memoized_counter(count: Callable[[str], int], max_chars: int = 4096,
+                     entries: int = 20_000) -> Callable[[str], int]:
+    """Lines and blocks repeat from one keystroke to the next: count each small text once.
+    Large texts (whole files, whole prompts) change every keystroke and are not kept."""
+    cached = functools.lru_cache(maxsize=entries)(count)
+
+    def counter(text: str) -> int:
+        return cached(text) if len(text) <= max_chars else count(text)
+
+    return counter

@@ -9,7 +9,6 @@ loop keeps answering while a request is being assembled.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import time
@@ -392,23 +391,13 @@ class CompletionService:
 
 
 def load_tokenizer(settings: Settings) -> Callable[[str], int]:
-    from serving.tokenizer import Tokenizer
+    from serving.tokenizer import Tokenizer, memoized_counter
     from serving.weights import TARGET, ensure_model
 
     path = settings.model_path or ensure_model(TARGET, settings.models_dir)
     return memoized_counter(Tokenizer(path).count)
 
 
-def memoized_counter(count: Callable[[str], int], max_chars: int = 4096,
-                     entries: int = 20_000) -> Callable[[str], int]:
-    """Lines and blocks repeat from one keystroke to the next: count each small text once.
-    Large texts (whole files, whole prompts) change every keystroke and are not kept."""
-    cached = functools.lru_cache(maxsize=entries)(count)
-
-    def counter(text: str) -> int:
-        return cached(text) if len(text) <= max_chars else count(text)
-
-    return counter
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:

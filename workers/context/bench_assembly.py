@@ -9,7 +9,6 @@ and the compression against the whole file.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import random
 import statistics
@@ -55,12 +54,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     from ctxpress.settings import get_settings
-    from serving.tokenizer import Tokenizer
+    from serving.tokenizer import Tokenizer, memoized_counter
     from serving.weights import TARGET, ensure_model
 
     settings = get_settings()
     tokenizer = Tokenizer(settings.model_path or ensure_model(TARGET, settings.models_dir))
-    count = functools.lru_cache(maxsize=50_000)(tokenizer.count)
+    count = memoized_counter(tokenizer.count)  # as in the worker
     rows = []
     for path in args.files:
         row = bench_file(path, count, args.requests, args.budget, args.seed)
