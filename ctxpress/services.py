@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ctxpress.settings import Settings
 from db.embedded import EmbeddedPostgres
+from serving import protocol
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,9 +42,11 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(url: str, timeout_s: float = 5.0) -> bool:
+    # Generous timeout: on a 2-core machine a model loading next door can delay a health answer
+    # by more than a second, and a refused connection still returns at once.
     try:
-        with urllib.request.urlopen(url, timeout=1.0) as response:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
@@ -143,7 +146,16 @@ class Part:
     def status(self) -> PartStatus:
         if self.external:
             return PartStatus(self.name, self.ready(), True, self.address())
-        return PartStatus(self.name, self.running() and self.ready(), False, self.address(), self.pid())
+        return PartStatus(self.name, self.running() and self._ready_soon(), False, self.address(), self.pid())
+
+    def _ready_soon(self, attempts: int = 3) -> bool:
+        """A live process that misses one probe under load is asked again before it is reported down."""
+        for attempt in range(attempts):
+            if self.ready():
+                return True
+            if attempt + 1 < attempts:
+                time.sleep(0.5)
+        return False
 
     def start(self, timeout_s: float) -> float:
         """Start (if needed) and wait until ready; returns seconds taken."""
@@ -290,7 +302,10 @@ class TritonPart(Part):
             host, _, port = self.address().rpartition(":")
             return _port_open(host, int(port))
         base = f"http://{self.settings.bind_host}:{self.settings.triton_http_port}"
-        return _http_ok(f"{base}/v2/health/ready") and _http_ok(f"{base}/v2/models/ensemble/ready")
+        # Every served model must be ready: a model's stub can fail after the server says ready.
+        models = (protocol.COMPLETION_MODEL, protocol.EMBEDDING_MODEL)
+        return _http_ok(f"{base}/v2/health/ready") and all(
+            _http_ok(f"{base}/v2/models/{model}/ready") for model in models)
 
 
 class CompletionWorkerPart(Part):

@@ -48,25 +48,29 @@ def fix_python_stub_library_path() -> None:
 
 
 # pytriton puts ZeroMQ ipc sockets in its workspace; a Unix socket path may not exceed
-# 107 bytes, and "<workspace>/ensemble_0_0-server.sock" must fit.
-_SOCKET_PATH_ROOM = 80
+# 107 bytes, and "<workspace>/<model>_0_0-server.sock" must fit for every model we serve.
+_SOCKET_NAME_ROOM = len("/embedder_0_0-server.sock") + 8
+_SOCKET_PATH_MAX = 107
 
 
 def short_workspace_path(triton_dir: Path) -> Path:
-    """The workspace lives under the state directory; when that path is too long for the
-    sockets inside it, reach it through a short symbolic link in /tmp instead."""
+    """Where pytriton's workspace goes: under the state directory when the sockets fit.
+
+    Otherwise a private directory in /tmp. A symbolic link would not do: pytriton resolves the
+    workspace path, so the sockets would land at the long path again. The workspace holds only
+    sockets and a generated model store, rebuilt on every start, so it need not be persistent.
+    """
     triton_dir.mkdir(parents=True, exist_ok=True)
-    workspace = triton_dir / "workspace"
-    if len(str(workspace)) > _SOCKET_PATH_ROOM:
-        digest = hashlib.sha256(str(triton_dir).encode()).hexdigest()[:12]
-        link = Path(tempfile.gettempdir()) / f"ctxpress-{os.getuid()}-{digest}"
-        if link.is_symlink() and link.resolve() != triton_dir.resolve():
-            link.unlink()
-        if not link.exists():
-            link.symlink_to(triton_dir, target_is_directory=True)
-        workspace = link / "workspace"
+    workspace = (triton_dir / "workspace").resolve()
+    if len(str(workspace)) + _SOCKET_NAME_ROOM > _SOCKET_PATH_MAX:
+        digest = hashlib.sha256(str(triton_dir.resolve()).encode()).hexdigest()[:12]
+        short_root = Path(tempfile.gettempdir()) / f"ctxpress-{os.getuid()}-{digest}"
+        if short_root.is_symlink():  # left by an earlier version that used a link
+            short_root.unlink()
+        short_root.mkdir(mode=0o700, exist_ok=True)
+        workspace = short_root / "workspace"
     # pytriton insists on creating the workspace itself; a crash may have left one behind.
-    shutil.rmtree(triton_dir / "workspace", ignore_errors=True)
+    shutil.rmtree(workspace, ignore_errors=True)
     return workspace
 
 
