@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     # 2,048 so a cold baseline prompt stays within tens of seconds on a 2-core CPU engine.
     baseline_budget_tokens: int = 2048
     context_budget_tokens: int = 1024  # optimized mode: the seed's personal-scale budget
-    # Above this, optimized context assembly gives up and the baseline window is used.
+    # Above this much CPU time, optimized context assembly gives up and the baseline window is used.
     assembly_timeout_ms: float = 20.0
     default_max_tokens: int = 64
 

@@ -8,6 +8,7 @@ the file's own syntax and indentation so the excerpt reads like the file.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from indexer.parsing import LINE_COMMENT, ParsedFile
@@ -147,9 +148,13 @@ def _bodyless(parsed: ParsedFile, sym: Symbol) -> str:
 def reduce_import(parsed: ParsedFile, sym: Symbol) -> str:
     """An import reduced to one line of names and aliases (multi-line import lists are joined)."""
     start = _start_with_indent(parsed, sym.decl_start_byte)
-    text = parsed.text(start, sym.end_byte)
+    return _reduce_import_text(parsed.language, parsed.text(start, sym.end_byte))
+
+
+@functools.lru_cache(maxsize=8192)  # the same import lines are reduced on every request in a file
+def _reduce_import_text(language: str, text: str) -> str:
     indent = text[: len(text) - len(text.lstrip())]
-    if parsed.language == "go" and "(" in text:
+    if language == "go" and "(" in text:
         return text.rstrip() + "\n"  # a Go import block is already one name per line
     flat = re.sub(r"\\\n", " ", text.strip())
     flat = re.sub(r"\s*\n\s*", " ", flat)

@@ -9,6 +9,7 @@ loop keeps answering while a request is being assembled.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -207,7 +208,9 @@ class CompletionService:
         self.files.put(content_hash(event.text), event.text)
         loop = asyncio.get_running_loop()
         try:
-            warm_ms = await loop.run_in_executor(None, warm_file, event.path, event.text, event.language)
+            warm_ms = await loop.run_in_executor(
+                None, functools.partial(warm_file, event.path, event.text, event.language,
+                                        count_tokens=self.count_tokens))
         except Exception as exc:  # warming is optional: the first completion will parse instead
             log.exception("warming %s failed", event.path)
             return json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()

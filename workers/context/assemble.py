@@ -2,11 +2,11 @@
 
 Pipeline: parse (cached, incremental) -> symbol table -> enclosing block (mandatory) ->
 candidates from each source (class header, references, recent edits, imports/constants,
-neighbours) -> one packing pass in priority order under the token budget -> rendering (excerpts
+nearby lines, neighbours) -> one packing pass in priority order under the token budget -> rendering (excerpts
 in file order, then the enclosing block up to the cursor) -> a check of the real token count.
 
-Any failure (unsupported language, parse failure, exception, or the assembly running past
-``timeout_ms``) degrades to the baseline window for that request: logged, counted in
+Any failure (unsupported language, parse failure, exception, or the assembly spending more
+than ``timeout_ms`` of CPU time) degrades to the baseline window for that request: logged, counted in
 ``FALLBACK_COUNTS``, and the request still gets a prompt.
 """
 
@@ -25,6 +25,8 @@ from indexer.symbols import FileSymbols, extract_symbols, has_wide_error
 from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
 from workers.context.imports import import_candidates
+from workers.context.line_tokens import count_by_lines, line_range_estimator, warm_line_counts
+from workers.context.nearby import nearby_candidates
 from workers.context.neighbours import neighbour_candidates
 from workers.context.packing import (
     Candidate,
@@ -112,7 +114,10 @@ def _block(c: Candidate, form: Form | None, reason: str | None = None) -> Contex
     why = reason or c.reason
     if form is not None and form.note:
         why = f"{why}; {form.note}"
-    return ContextBlock(kind=c.kind, name=c.name, start_line=c.start_line, end_line=c.end_line, form=f.name,
+    # A form may show less than the candidate's whole range (nearby lines: the part that fit).
+    start = min((p.start_line for p in f.pieces), default=c.start_line)
+    end = max((p.end_line for p in f.pieces), default=c.end_line)
+    return ContextBlock(kind=c.kind, name=c.name, start_line=start, end_line=end, form=f.name,
                         tokens=f.tokens, reason=why)
 
 
@@ -140,7 +145,11 @@ def assemble_context(
     it is estimated from the characters-per-token of the assembled context.
     """
     t0 = time.perf_counter()
-    deadline = t0 + timeout_ms / 1000.0
+    # The timeout is on the assembly's own CPU time, not wall time: on the embedded appliance the
+    # CPU engine shares the cores, and a thread that waits for a core has done no work worth
+    # throwing away (the window fallback would wait for the same core). A file that is truly slow
+    # to assemble still trips it; wall time is reported in ``elapsed_ms`` and the timings.
+    deadline = time.thread_time() + timeout_ms / 1000.0
     lang = normalize_language(language) if language else detect_language(path, text)
     base = dict(path=path, language=lang, line=line, column=column, budget_tokens=budget_tokens,
                 file_lines=text.count("\n") + 1)
@@ -197,9 +206,10 @@ def _fallback(
 
 
 def _check(deadline: float, timings: dict[str, float], stage: str, t_stage: float) -> float:
+    """Record a stage's wall time; raise when the assembly's CPU time is past ``deadline``."""
     now = time.perf_counter()
     timings[stage] = (now - t_stage) * 1000.0
-    if now > deadline:
+    if time.thread_time() > deadline:
         raise _Timeout(stage)
     return now
 
@@ -229,6 +239,11 @@ def _assemble(
 
     cursor_byte = parsed.cursor_byte(line, column)
     lang_marker_tokens = count_tokens(elision_marker(lang, 999, 1099, "    "))
+    estimate_lines = line_range_estimator(parsed, count_tokens)
+
+    def estimate_prompt(prefix: str, suffix: str) -> int:
+        return count_by_lines(count_tokens, prefix) + count_by_lines(count_tokens, suffix)
+
     file_lines = text.splitlines()
 
     enclosing_budget = budget
@@ -236,17 +251,21 @@ def _assemble(
         enc = find_enclosing(table, line, cursor_byte, enclosing_budget, count_tokens, lang_marker_tokens)
         remaining = budget - enc.tokens - lang_marker_tokens
         candidates = _candidates(table, enc, line, recent_edit_lines)
+        candidates += nearby_candidates(table, enc, estimate_lines, max(0, remaining), lang_marker_tokens)
         if not summaries:  # ablation: a block goes in whole or not at all
             candidates = [c for c in candidates if _drop_summary_forms(c)]
         t = _check(deadline, timings, "candidates", t)
         result = pack(candidates, max(0, remaining), count_tokens, lang_marker_tokens,
-                      max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges)
+                      max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges,
+                      estimate_lines=estimate_lines)
         chosen, dropped = result.chosen, result.dropped
         # Token counts of pieces are not exactly additive (merges across boundaries, markers):
-        # check the rendered prompt and shed the lowest-priority blocks until it fits.
+        # check the rendered prompt and shed the lowest-priority blocks until it fits. The check
+        # uses the line-sum estimate (an upper bound, memoised per line); the exact count is
+        # taken once, at the end.
         while True:
             rendered = render_prompt(chosen, enc.prefix_pieces, enc.suffix, lang, file_lines)
-            total = count_tokens(rendered.prefix) + count_tokens(rendered.suffix)
+            total = estimate_prompt(rendered.prefix, rendered.suffix)
             if total <= budget or not chosen:
                 break
             victim = max(chosen, key=lambda c: c.priority)
@@ -266,7 +285,7 @@ def _assemble(
                 added.append(cand)
         if added:
             trial = render_prompt([*chosen, *added], enc.prefix_pieces, enc.suffix, lang, file_lines)
-            trial_total = count_tokens(trial.prefix) + count_tokens(trial.suffix)
+            trial_total = estimate_prompt(trial.prefix, trial.suffix)
             if trial_total <= budget:
                 chosen += added
                 for cand in added:
@@ -276,6 +295,17 @@ def _assemble(
                 for cand in added:
                     cand.chosen = None
         t = _check(deadline, timings, "second-chance", t)
+        if total <= budget:
+            # The one exact count: what the report says and what the budget guarantee rests on.
+            total = count_tokens(rendered.prefix) + count_tokens(rendered.suffix)
+            while total > budget and chosen:  # only if the estimate was not an upper bound after all
+                victim = max(chosen, key=lambda c: c.priority)
+                chosen.remove(victim)
+                victim.drop_reason = f"shed after the exact count: prompt was {total} tokens > budget {budget}"
+                dropped.append(victim)
+                rendered = render_prompt(chosen, enc.prefix_pieces, enc.suffix, lang, file_lines)
+                total = count_tokens(rendered.prefix) + count_tokens(rendered.suffix)
+            t = _check(deadline, timings, "count", t)
         if total <= budget:
             break
         enclosing_budget = max(1, enclosing_budget - (total - budget) - lang_marker_tokens)
@@ -290,14 +320,20 @@ def _assemble(
     )
 
 
-def warm_file(path: str, text: str, language: str | None = None, cache: TreeCache | None = None) -> float:
-    """Parse ``text`` and build its symbol table now (an IDE opened the file), so the first
-    completion in it pays only for an incremental re-parse. Returns milliseconds spent."""
+def warm_file(
+    path: str, text: str, language: str | None = None, cache: TreeCache | None = None,
+    count_tokens: TokenCounter | None = None,
+) -> float:
+    """Parse ``text``, build its symbol table and count its lines now (an IDE opened the file), so
+    the first completion in it pays only for an incremental re-parse. Returns milliseconds spent."""
     t0 = time.perf_counter()
     lang = normalize_language(language) if language else detect_language(path, text)
     if is_supported(lang):
         assert lang is not None
-        extract_symbols((cache if cache is not None else TREE_CACHE).get(path, text, lang))
+        parsed = (cache if cache is not None else TREE_CACHE).get(path, text, lang)
+        extract_symbols(parsed)
+        if count_tokens is not None:
+            warm_line_counts(parsed, memoized(count_tokens))
     return (time.perf_counter() - t0) * 1000.0
 
 

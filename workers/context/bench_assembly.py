@@ -27,7 +27,7 @@ def bench_file(path: Path, count_tokens, requests: int, budget: int, seed: int) 
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     rng = random.Random(seed)
-    warm_file(str(path), text)
+    warm_file(str(path), text, count_tokens=count_tokens)
     times, ratios, fallbacks = [], [], 0
     for _ in range(requests):
         line = rng.randrange(len(lines))

@@ -9,7 +9,7 @@ from workers.context.packing import Candidate, Form, Piece
 
 
 def whole_piece(parsed: ParsedFile, sym: Symbol) -> Piece:
-    return Piece(sym.start_line, sym.end_line, parsed.lines_text(sym.start_line, sym.end_line))
+    return Piece(sym.start_line, sym.end_line, parsed.lines_text(sym.start_line, sym.end_line), verbatim=True)
 
 
 def summary_piece(parsed: ParsedFile, sym: Symbol) -> Piece:

@@ -61,7 +61,8 @@ def class_header_candidates(table: FileSymbols, line: int, enclosing: Symbol | N
     fields = [s for s in members if s.kind == "field" and not s.contains_line(line)]
     if fields:
         rank += 1
-        pieces = [Piece(f.start_line, f.end_line, parsed.lines_text(f.start_line, f.end_line)) for f in fields]
+        pieces = [Piece(f.start_line, f.end_line, parsed.lines_text(f.start_line, f.end_line), verbatim=True)
+                  for f in fields]
         cheap = [Piece(f.start_line, f.end_line, summarize(parsed, f)) for f in fields]
         forms = [Form("whole", pieces)]
         if [p.text for p in cheap] != [p.text for p in pieces]:

@@ -29,7 +29,8 @@ TIER_CLASS_HEADER = 1
 TIER_REFERENCED = 2
 TIER_RECENT_EDIT = 3
 TIER_IMPORTS = 4
-TIER_NEIGHBOURS = 5
+TIER_NEARBY = 5
+TIER_NEIGHBOURS = 6
 
 # No tokenizer packs code denser than this; text longer than budget * this cannot fit.
 MAX_CHARS_PER_TOKEN = 12
@@ -39,7 +40,7 @@ class MemoCounter:
     """Remembers token counts of short texts across requests: while the user types inside one
     function, the same signatures and imports are counted on every keystroke."""
 
-    def __init__(self, count_tokens: TokenCounter, max_entries: int = 50_000, max_chars: int = 4_000) -> None:
+    def __init__(self, count_tokens: TokenCounter, max_entries: int = 200_000, max_chars: int = 4_000) -> None:
         self._count = count_tokens
         self._memo: OrderedDict[str, int] = OrderedDict()
         self._max_entries = max_entries
@@ -88,6 +89,8 @@ class Piece:
     open_text: str | None = None
     open_end_line: int | None = None
     group: str = ""  # consecutive pieces of one group (the import list) need no marker between them
+    # The file's own lines, unchanged: may be cut at the top where an earlier piece already shows them.
+    verbatim: bool = False
 
 
 @dataclass
@@ -140,16 +143,26 @@ def merge_duplicates(candidates: list[Candidate]) -> list[Candidate]:
     return out
 
 
-def form_tokens(form: Form, count_tokens: TokenCounter, marker_tokens: int) -> int:
-    """Tokens of a form, counting one elision marker per piece (the worst case)."""
+def form_tokens(
+    form: Form, count_tokens: TokenCounter, marker_tokens: int,
+    estimate_lines: Callable[[int, int], int] | None = None,
+) -> int:
+    """Tokens of a form, counting one elision marker per piece (the worst case). Verbatim pieces
+    are estimated from per-line counts when ``estimate_lines`` is given (see line_tokens)."""
     if form.tokens == 0:
-        form.tokens = sum(count_tokens(p.text) + marker_tokens for p in form.pieces)
+        form.tokens = sum(
+            (estimate_lines(p.start_line, p.end_line) if estimate_lines is not None and p.verbatim
+             else count_tokens(p.text)) + marker_tokens
+            for p in form.pieces)
     return form.tokens
 
 
-def _cost(form: Form, count_tokens: TokenCounter, marker_tokens: int, shown: list[tuple[int, int]]) -> int:
+def _cost(
+    form: Form, count_tokens: TokenCounter, marker_tokens: int, shown: list[tuple[int, int]],
+    estimate_lines: Callable[[int, int], int] | None = None,
+) -> int:
     """Tokens a form adds given what is already shown: no marker for a piece that continues one."""
-    form_tokens(form, count_tokens, marker_tokens)
+    form_tokens(form, count_tokens, marker_tokens, estimate_lines)
     saved = sum(marker_tokens for p in form.pieces
                 if any(end == p.start_line - 1 or start == p.end_line + 1 for start, end in shown))
     return form.tokens - saved
@@ -162,13 +175,17 @@ def pack(
     marker_tokens: int,
     max_whole_tokens: int,
     shown: list[tuple[int, int]] | None = None,
+    estimate_lines: Callable[[int, int], int] | None = None,
 ) -> PackResult:
     """One pass in priority order; ``shown``: line ranges already in the prompt (the enclosing block)."""
     remaining = budget
     chosen: list[Candidate] = []
     dropped: list[Candidate] = []
     shown = list(shown or [])
+    verbatim_shown = list(shown)  # the enclosing block is the file's own lines
     for cand in sorted(candidates, key=lambda c: c.priority):
+        if _covered(cand.start_line, cand.end_line, verbatim_shown):
+            continue  # already in the prompt as real code (inside a larger excerpt): adds nothing
         picked: Form | None = None
         cost = 0
         for i, form in enumerate(cand.forms):
@@ -177,7 +194,7 @@ def pack(
                 sum(len(p.text) for p in form.pieces) > max_whole_tokens * MAX_CHARS_PER_TOKEN
             ):
                 continue  # obviously too big: do not even pay for counting it
-            cost = _cost(form, count_tokens, marker_tokens, shown)
+            cost = _cost(form, count_tokens, marker_tokens, shown, estimate_lines)
             if form.name == "whole" and cost > max_whole_tokens and not is_last:
                 continue  # a huge block is worth more as a signature than as a budget hog
             if cost <= remaining:
@@ -190,8 +207,41 @@ def pack(
         cand.chosen = picked
         remaining -= cost
         shown.extend((p.start_line, p.end_line) for p in picked.pieces)
+        verbatim_shown.extend((p.start_line, p.end_line) for p in picked.pieces if p.verbatim)
         chosen.append(cand)
     return PackResult(chosen=chosen, dropped=dropped, tokens=budget - remaining)
+
+
+def _covered(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:
+    """Is every line of start..end inside the union of ``ranges``?"""
+    line = start
+    for a, b in sorted(ranges):
+        if a > line:
+            break
+        line = max(line, b + 1)
+    return line > end
+
+
+def _overlaps(p: Piece, q: Piece) -> bool:
+    return p.start_line <= q.end_line and q.start_line <= p.end_line
+
+
+def _prefer_verbatim(pieces: list[Piece]) -> list[Piece]:
+    """Where a summary and the real lines of the same region are both chosen, the real lines win:
+    the summary is dropped, or rendered open (head only) when its head lies above them."""
+    verbatim = [p for p in pieces if p.verbatim]
+    if not verbatim:
+        return pieces
+    out: list[Piece] = []
+    for p in pieces:
+        hits = [] if p.verbatim else [v for v in verbatim if _overlaps(p, v)]
+        if not hits:
+            out.append(p)
+        elif p.open_text is not None and p.open_end_line is not None and all(
+            v.start_line > p.open_end_line for v in hits
+        ):
+            out.append(Piece(p.start_line, p.open_end_line, p.open_text))
+    return out
 
 
 def _indent(text: str) -> str:
@@ -205,7 +255,7 @@ def _gap_is_blank(lines: list[str], start: int, end: int) -> bool:
 
 def render_excerpts(pieces: list[Piece], language: str, file_lines: list[str]) -> tuple[str, int]:
     """Excerpts in file order with elision markers in the gaps. Returns (text, last line shown)."""
-    ordered = sorted(pieces, key=lambda p: (p.start_line, -p.end_line))
+    ordered = sorted(_prefer_verbatim(pieces), key=lambda p: (p.start_line, -p.end_line))
     # Drop pieces already covered by a larger one (the same block offered twice).
     kept: list[Piece] = []
     for p in ordered:
@@ -227,6 +277,9 @@ def render_excerpts(pieces: list[Piece], language: str, file_lines: list[str]) -
     for p in kept:
         if p.end_line <= shown_until and p.start_line <= shown_until:
             continue
+        if p.start_line <= shown_until and p.verbatim:
+            overlap = shown_until - p.start_line + 1
+            p = Piece(shown_until + 1, p.end_line, "".join(p.text.splitlines(keepends=True)[overlap:]), verbatim=True)
         gap_start, gap_end = shown_until + 1, p.start_line - 1
         same_group = bool(p.group) and prev_group == p.group
         prev_group = p.group

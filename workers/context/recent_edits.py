@@ -51,6 +51,6 @@ def recent_edit_candidates(
         out.append(Candidate(
             kind="lines", name=f"edit@{start + 1}", start_line=start, end_line=end, tier=TIER_RECENT_EDIT,
             rank=order, reason=f"recently modified (lines {start + 1}-{end + 1}, outside any block)",
-            forms=[Form("whole", [Piece(start, end, text)])], key=f"lines:{start}-{end}",
+            forms=[Form("whole", [Piece(start, end, text, verbatim=True)])], key=f"lines:{start}-{end}",
         ))
     return out
