@@ -38,6 +38,8 @@ ENSEMBLE_INPUTS = [
     Tensor("stream", "TYPE_BOOL", (1,), optional=True),
     Tensor("temperature", "TYPE_FP32", (1,), optional=True),
     Tensor("stop_words", "TYPE_STRING", (-1,), optional=True),
+    Tensor("ctx_cache_key", "TYPE_STRING", (1,), optional=True),
+    Tensor("ctx_speculation", "TYPE_STRING", (1,), optional=True),
 ]
 FIGURES = [
     Tensor("ctx_prompt_tokens", "TYPE_INT32", (1,)),
@@ -45,6 +47,7 @@ FIGURES = [
     Tensor("ctx_completion_tokens", "TYPE_INT32", (1,)),
     Tensor("ctx_draft_tokens_proposed", "TYPE_INT32", (1,)),
     Tensor("ctx_draft_tokens_accepted", "TYPE_INT32", (1,)),
+    Tensor("ctx_kv_bytes", "TYPE_INT32", (1,)),
     Tensor("ctx_finish_reason", "TYPE_STRING", (1,)),
 ]
 ENSEMBLE_OUTPUTS = [Tensor("text_output", "TYPE_STRING", (-1,)), *FIGURES]
@@ -172,6 +175,10 @@ ORCH_INPUTS = [
     Tensor("stop_words_list", "TYPE_INT32", (2, -1), optional=True),
     Tensor("temperature", "TYPE_FP32", (1,), optional=True),
     Tensor("streaming", "TYPE_BOOL", (1,), optional=True),
+    # TensorRT-LLM reuses KV blocks by prefix on its own (enable_kv_cache_reuse): the file key is
+    # accepted for the wire contract and not needed; "none" turns the draft model off.
+    Tensor("ctx_cache_key", "TYPE_STRING", (1,), optional=True),
+    Tensor("ctx_speculation", "TYPE_STRING", (1,), optional=True),
 ]
 ORCH_OUTPUTS = [Tensor("output_ids", "TYPE_INT32", (-1, -1)), Tensor("sequence_length", "TYPE_INT32", (-1,)), *FIGURES]
 
@@ -205,7 +212,8 @@ def ensemble_config(batch: int) -> str:
             ORCHESTRATOR,
             {"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN",
              "request_output_len": "_REQUEST_OUTPUT_LEN", "end_id": "_END_ID", "pad_id": "_PAD_ID",
-             "stop_words_list": "_STOP_WORDS_IDS", "temperature": "temperature", "streaming": "stream"},
+             "stop_words_list": "_STOP_WORDS_IDS", "temperature": "temperature", "streaming": "stream",
+             "ctx_cache_key": "ctx_cache_key", "ctx_speculation": "ctx_speculation"},
             {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH",
              **{f.name: f.name for f in FIGURES}},
         ),

@@ -48,6 +48,8 @@ def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             state = "running" if row.running else "stopped"
             kind = "external" if row.external else (f"pid {row.pid}" if row.pid else "")
             print(f"  {row.name:<18} {state:<8} {kind:<12} {row.address}")
+            if row.detail:
+                print(f"  {'':<18} {row.detail}")
         print(f"  model: {model}; Triton metrics: {settings.metrics_url()}")
     return 0 if all(row.running for row in rows) else 3
 

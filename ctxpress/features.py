@@ -58,3 +58,8 @@ def parse_list(spec: str) -> dict[str, bool]:
 register("crop", "tree-sitter block cropping of the file (off: the baseline window)")
 register("summaries", "structured summaries of blocks that do not fit whole (off: whole or dropped)")
 register("retrieval", "cross-file chunks from the repository index (pgvector + lexical, fused)")
+register("prefix_cache", "file-level KV pool: the engine keeps each file's prompt KV (off: one shared context)")
+register("speculative", "speculative decoding, n-gram or draft model chosen per request (off: plain greedy)")
+register("suffix_first", "prompt in suffix-prefix-middle order, so the KV of the suffix survives typing",
+         default=False)
+register("prewarm", "on file_opened, process the stable part of the file's prompt in the background")

@@ -101,6 +101,21 @@ class PartStatus:
     detail: str = ""
 
 
+def engine_summary(path: Path) -> str:
+    """One line on the CPU engine from the status file it writes after each request."""
+    try:
+        s = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return "engine: no request served yet"
+    pool = s.get("pool", {})
+    hit = pool.get("reused_tokens", 0) / pool["prompt_tokens"] if pool.get("prompt_tokens") else 0.0
+    draft = s.get("draft_model") or f"off ({s.get('draft_disabled_reason') or 'not configured'})"
+    spec = ", ".join(f"{k} {v}" for k, v in sorted(s.get("speculation", {}).items())) or "none yet"
+    return (f"engine: KV {s.get('kv_type')}, pool {len(s.get('kv_slots', []))} files, "
+            f"{hit:.0%} of prompt tokens reused, {pool.get('evictions', 0)} evictions; "
+            f"speculation: {spec}; draft model: {draft}")
+
+
 class Part:
     """One service of the appliance."""
 
@@ -296,6 +311,12 @@ class TritonPart(Part):
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "serving.triton_server"]
+
+    def status(self) -> PartStatus:
+        status = super().status()
+        if status.running and not self.external:
+            status.detail = engine_summary(self.settings.run_dir / "engine-status.json")
+        return status
 
     def ready(self) -> bool:
         if self.external:

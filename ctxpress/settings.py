@@ -39,8 +39,16 @@ class Settings(BaseSettings):
     model_path: Path | None = None
     draft_model_path: Path | None = None
     model_name: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"
-    n_ctx: int = 4096
+    n_ctx: int = 4096  # per sequence: the longest prompt + completion of one file
     n_threads: int = 0  # 0 = all cores
+    # KV cache element type: "f16", "q8_0" (INT8) or "q4_0" (INT4, measured and not recommended).
+    kv_cache_type: str = "f16"
+    # Files whose KV the engine keeps at once (each up to n_ctx cells): the pool's memory budget.
+    kv_pool_slots: int = 4
+    # Default speculative decoding: "auto" (a policy over measured figures), "none", "ngram", "draft".
+    speculation: str = "auto"
+    # The 0.5B draft model: on by default when its package is installed; "off" disables it.
+    draft_model: str = "packaged"
 
     # Completion worker
     completion_subject: str = "ctxpress.v1.complete"
@@ -89,6 +97,19 @@ class Settings(BaseSettings):
 
     def effective_nats_url(self) -> str:
         return self.nats_url or f"nats://{self.bind_host}:{self.nats_port}"
+
+    def effective_draft_model_path(self) -> Path | None:
+        """The draft model for speculative decoding, or None (off, or its package is missing)."""
+        if self.draft_model_path is not None:
+            return self.draft_model_path
+        if self.draft_model == "off":
+            return None
+        from serving.weights import DRAFT, ensure_model
+
+        try:
+            return ensure_model(DRAFT, self.models_dir)
+        except Exception:  # optional: speculation falls back to n-gram drafting
+            return None
 
     def effective_triton_url(self) -> str:
         return self.triton_url or f"{self.bind_host}:{self.triton_grpc_port}"

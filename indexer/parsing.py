@@ -181,6 +181,14 @@ class ParsedFile:
         )
         repaired = ParsedFile(self.path, self.language, self.source, get_parser(self.language).parse(blank, tree),
                               incremental=True)
+        # Blanking the line usually restores the structure of the version before the edit (a line
+        # cut mid-expression); let the symbol table shift from that version's table.
+        previous = self.derived.get(EDIT_KEY)
+        if previous is not None:
+            prev = previous[0]
+            start = _common_prefix_len(prev.source, blank)
+            suffix = _common_suffix_len(prev.source, blank, min(len(prev.source), len(blank)) - start)
+            repaired.derived[EDIT_KEY] = (prev, start, len(prev.source) - suffix, len(blank) - suffix)
         self.derived[key] = repaired
         return repaired
 
@@ -251,6 +259,9 @@ def parse_text(text: str, language: str, path: str = "<memory>") -> ParsedFile:
     source = text.encode("utf-8")
     tree = get_parser(language).parse(source)
     return ParsedFile(path=path, language=language, source=source, tree=tree)
+
+
+EDIT_KEY = "edit-from"
 
 
 class TreeCache:
@@ -333,7 +344,13 @@ class TreeCache:
         )
         self.incremental_parses += 1
         new_tree = parser.parse(source, old_tree=tree)
-        return ParsedFile(path, language, source, new_tree, incremental=True)
+        parsed = ParsedFile(path, language, source, new_tree, incremental=True)
+        # What changed since which version, for derived data that can be updated rather than
+        # rebuilt (indexer.symbols shifts the symbol table past an edit inside one function).
+        # The previous version forgets its own predecessor, so versions never chain up in memory.
+        cached.derived.pop(EDIT_KEY, None)
+        parsed.derived[EDIT_KEY] = (cached, start, old_end, new_end)
+        return parsed
 
 
 # The process-wide cache the context assembler uses.

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tree_sitter import Node, Query, QueryCursor
 
-from indexer.parsing import ParsedFile
+from indexer.parsing import EDIT_KEY, ParsedFile
 
 FUNCTION_KINDS: frozenset[str] = frozenset({"function", "method", "constructor"})
 CLASS_KINDS: frozenset[str] = frozenset(
@@ -62,6 +62,7 @@ class Symbol:
 class FileSymbols:
     parsed: ParsedFile
     symbols: list[Symbol] = field(default_factory=list)
+    shifted: bool = False  # moved past an edit from the previous version's table, not rebuilt
 
     @property
     def language(self) -> str:
@@ -589,11 +590,105 @@ def _last_line(node: Node) -> int:
 
 
 def extract_symbols(parsed: ParsedFile) -> FileSymbols:
-    """Symbol table of one parsed file version (memoized on it)."""
+    """Symbol table of one parsed file version (memoized on it).
+
+    When this version is an edit of one whose table is known, and the edit lies inside one
+    function's body, the table is the previous one shifted past the edit: the extractor never
+    looks into function bodies, so such an edit cannot add or remove a symbol. Rebuilding costs
+    ~15 us per symbol (5-15 ms on a 2,000-5,000-line file), shifting a tenth of that.
+    """
     cached = parsed.derived.get("symbols")
     if isinstance(cached, FileSymbols):
         return cached
-    table = FileSymbols(parsed=parsed, symbols=_Extractor(parsed).run())
+    edit = parsed.derived.get(EDIT_KEY)  # the predecessor forgets its own when a successor comes
+    symbols = _shifted_symbols(parsed, *edit) if edit is not None else None
+    table = FileSymbols(parsed=parsed, symbols=symbols if symbols is not None else _Extractor(parsed).run(),
+                        shifted=symbols is not None)
+    parsed.derived["symbols"] = table
+    return table
+
+
+def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_end: int,
+                     new_end: int) -> list[Symbol] | None:
+    """The previous version's symbols moved past an edit of bytes start..old_end (now ..new_end),
+    or None when the edit may change the table (outside a function body, in a docstring, or
+    damage that error recovery spread beyond the function)."""
+    table = previous.derived.get("symbols")
+    if not isinstance(table, FileSymbols):
+        return None
+    inside = [s for s in table.symbols if not s.is_container and s.body_start_byte is not None
+              and s.body_end_byte is not None and s.body_start_byte < start and old_end <= s.body_end_byte]
+    if not inside:
+        return None
+    fn = min(inside, key=lambda s: s.end_byte - s.start_byte)
+    delta = new_end - old_end
+    root = parsed.tree.root_node
+    # The function must still be one node of the same type spanning the shifted range...
+    node = root.descendant_for_byte_range(fn.decl_start_byte, fn.end_byte + delta)
+    if node is None or node.type != fn.node_type or node.start_byte != fn.decl_start_byte or (
+        node.end_byte != fn.end_byte + delta
+    ):
+        return None
+    # ...with no parse error outside it,
+    if root.has_error and _has_error_outside(parsed, fn.decl_start_byte, fn.end_byte + delta):
+        return None
+    # ...and (Python) the edit after the docstring, which is part of the symbol.
+    if parsed.language == "python":
+        body = previous.tree.root_node.descendant_for_byte_range(fn.body_start_byte, fn.body_end_byte)
+        first = body.named_child(0) if body is not None and body.named_child_count else None
+        if first is None or (_py_docstring(body, previous.source) is not None and start <= first.end_byte):
+            return None
+    old_src, new_src = previous.source, parsed.source
+    line_delta = new_src.count(b"\n", start, new_end) - old_src.count(b"\n", start, old_end)
+    out: list[Symbol] = []
+    for s in table.symbols:
+        if s.start_byte < start and old_end <= s.end_byte:
+            # contains the edit: the function and the classes around it grow or shrink
+            out.append(replace(
+                s, end_line=s.end_line + line_delta, end_byte=s.end_byte + delta,
+                body_end_byte=None if s.body_end_byte is None else s.body_end_byte + delta))
+        elif s.start_byte >= old_end:
+            out.append(replace(
+                s, start_line=s.start_line + line_delta, end_line=s.end_line + line_delta,
+                start_byte=s.start_byte + delta, end_byte=s.end_byte + delta,
+                decl_start_byte=s.decl_start_byte + delta,
+                body_start_byte=None if s.body_start_byte is None else s.body_start_byte + delta,
+                body_end_byte=None if s.body_end_byte is None else s.body_end_byte + delta))
+        else:  # entirely before the edit
+            out.append(s)
+    return out
+
+
+def _has_error_outside(parsed: ParsedFile, start: int, end: int) -> bool:
+    """Any parse error outside the node spanning start..end? Walks down the path to that node,
+    checking the siblings' has_error flags (a few hundred nodes, not the whole tree)."""
+    node = parsed.tree.root_node
+    while True:
+        inner = None
+        for child in node.children:
+            if child.end_byte <= start or child.start_byte >= end:
+                if child.has_error:
+                    return True
+            elif child.start_byte <= start and end <= child.end_byte:
+                inner = child
+            else:
+                return True  # straddles the function's bounds: the structure has changed
+        if inner is None or (inner.start_byte == start and inner.end_byte == end):
+            return False
+        node = inner
+
+
+def cheap_symbols(parsed: ParsedFile) -> FileSymbols | None:
+    """The symbol table when it is known or can be shifted from the previous version's, else None
+    (the caller decides whether a full extraction is worth it)."""
+    cached = parsed.derived.get("symbols")
+    if isinstance(cached, FileSymbols):
+        return cached
+    edit = parsed.derived.get(EDIT_KEY)
+    symbols = _shifted_symbols(parsed, *edit) if edit is not None else None
+    if symbols is None:
+        return None
+    table = FileSymbols(parsed=parsed, symbols=symbols, shifted=True)
     parsed.derived["symbols"] = table
     return table
 

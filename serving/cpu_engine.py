@@ -1,13 +1,28 @@
-"""The embedded CPU engine: llama.cpp (through llama-cpp-python) on a GGUF code model.
+"""The embedded CPU engine: llama.cpp (llama-cpp-python's low-level API) on a GGUF code model.
 
-One ``Llama`` context serves requests one at a time; llama.cpp keeps the previous
-prompt's KV state and re-uses its longest common token prefix, which is what makes a
-keystroke after a keystroke cheap. The figures we report (prompt tokens, tokens served
-from that cache) are computed the same way llama-cpp-python decides its prefix match.
+Our own decode loop rather than ``Llama.create_completion``, for three things the high-level
+API cannot do together:
+
+- **a file-level KV pool**: one context holds several sequences (``n_seq_max``, one KV stream
+  each), one per recently used file (``serving.kv_pool``); a request goes back to its file's
+  sequence and only the tokens after the common prefix are processed;
+- **speculative decoding verified in one batch**: draft tokens (n-gram lookup or a draft model,
+  ``serving.speculation``) are decoded with logits at every position in the same batch, and
+  accepted greedily, so the output is exactly the target's greedy decoding; logits are asked for
+  only in verification batches, never during prompt processing (llama-cpp-python's own draft
+  support needs ``logits_all``, which slows every prompt down);
+- **an INT8 (or INT4) KV cache** per model instance: llama.cpp's ``q8_0``/``q4_0`` for K and V
+  (a quantised V needs flash attention, which is switched on with it).
+
+Requests are served one at a time (the lock); figures per request (prompt tokens, tokens reused
+from the pool, draft tokens proposed/accepted, timings, KV bytes of the sequence) go back to
+Triton's caller with the last chunk.
 """
 
 from __future__ import annotations
 
+import codecs
+import ctypes
 import logging
 import os
 import threading
@@ -15,8 +30,22 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serving.kv_pool import KVPool, common_prefix
+from serving.speculation import SpeculationChoice, SpeculationPolicy, ngram_proposal
 
 log = logging.getLogger(__name__)
+
+KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids (GGML_TYPE_F16, _Q8_0, _Q4_0)
+SPECULATION_MODES = ("auto", "none", "ngram", "draft")
+# Room kept in a sequence for draft tokens beyond max_tokens during verification.
+MAX_DRAFT = 8
+# A warm-up (max_tokens=0) processes its prompt in chunks this small and gives way to a live
+# request between chunks: a live request waits at most one chunk (~0.5 s on 2 cores).
+WARM_CHUNK = 32
 
 
 @dataclass
@@ -26,9 +55,14 @@ class GenerationFigures:
     completion_tokens: int = 0
     draft_proposed: int = 0
     draft_accepted: int = 0
+    draft_steps: int = 0
+    speculation: str = "none"
     finish_reason: str = "stop"
     prompt_ms: float = 0.0
     decode_ms: float = 0.0
+    kv_bytes: int = 0
+    evicted: int = 0
+    token_ids: list[int] = field(default_factory=list)  # the completion's tokens (for verification)
 
 
 @dataclass
@@ -41,41 +75,215 @@ class GenerationChunk:
 @dataclass
 class EngineConfig:
     model_path: Path
-    n_ctx: int = 4096
+    n_ctx: int = 4096  # KV cells per sequence: the longest prompt + completion one file may have
     n_threads: int = 0
     n_batch: int = 512
+    kv_type: str = "f16"  # "f16" | "q8_0" | "q4_0"
+    n_slots: int = 4  # files whose KV is kept at once
+    draft_model_path: Path | None = None
+    draft_n_ctx: int = 4096
+    speculation: str = "auto"  # default per request: "auto" | "none" | "ngram" | "draft"
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+class _Runner:
+    """One llama.cpp model + context + batch: decode tokens into a sequence, read logits."""
+
+    def __init__(self, model_path: Path, *, n_ctx: int, n_slots: int, n_threads: int, n_batch: int,
+                 kv_type: str) -> None:
+        from llama_cpp import llama_cpp as C  # heavy import, only in the serving process
+        from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel
+        from llama_cpp._utils import suppress_stdout_stderr
+
+        if kv_type not in KV_TYPES:
+            raise ValueError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
+        self._C = C
+        mparams = C.llama_model_default_params()
+        self.model = LlamaModel(path_model=str(model_path), params=mparams, verbose=False)
+        cparams = C.llama_context_default_params()
+        cparams.n_ctx = n_ctx * n_slots
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.n_seq_max = n_slots
+        # One KV stream per sequence: a sequence's attention spans only its own cells.
+        cparams.kv_unified = False
+        cparams.type_k = KV_TYPES[kv_type]
+        cparams.type_v = KV_TYPES[kv_type]
+        # A quantised V cache needs flash attention in llama.cpp.
+        cparams.flash_attn_type = (C.LLAMA_FLASH_ATTN_TYPE_ENABLED if kv_type != "f16"
+                                   else C.LLAMA_FLASH_ATTN_TYPE_AUTO)
+        with suppress_stdout_stderr(disable=False):  # llama.cpp prints its context set-up otherwise
+            self.ctx = LlamaContext(model=self.model, params=cparams, verbose=False)
+        self.batch = LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
+        self.n_batch = n_batch
+        self.n_ctx = n_ctx
+        self.n_vocab = self.model.n_vocab()
+        self.vocab = self.model.vocab
+        self.kv_type = kv_type
+        self._piece = ctypes.create_string_buffer(256)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def token_bytes(self, token: int) -> bytes:
+        n = self._C.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, False)
+        return self._piece.raw[:n] if n > 0 else b""
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._C.llama_vocab_is_eog(self.vocab, token))
+
+    def remove(self, seq: int, from_pos: int) -> None:
+        """Forget the sequence's KV from ``from_pos`` on (-1 end: to the end)."""
+        self._C.llama_memory_seq_rm(self.ctx.memory, seq, from_pos, -1)
+
+    def decode(self, seq: int, tokens: Sequence[int], pos0: int, *, all_logits: bool) -> None:
+        """Decode ``tokens`` at positions pos0.. of ``seq``; logits for the last token, or for all
+        of them (verification: then ``len(tokens)`` must fit one batch)."""
+        if all_logits and len(tokens) > self.n_batch:
+            raise ValueError("a verification batch larger than n_batch")
+        b = self.batch.batch
+        for start in range(0, len(tokens), self.n_batch):
+            part = tokens[start:start + self.n_batch]
+            b.n_tokens = len(part)
+            for i, tok in enumerate(part):
+                b.token[i] = tok
+                b.pos[i] = pos0 + start + i
+                b.seq_id[i][0] = seq
+                b.n_seq_id[i] = 1
+                b.logits[i] = all_logits
+            b.logits[len(part) - 1] = True
+            self.ctx.decode(self.batch)
+
+    def argmax(self, i: int) -> int:
+        """Greedy token after position ``i`` of the last batch (-1: its last token)."""
+        logits = np.ctypeslib.as_array(self._C.llama_get_logits_ith(self.ctx.ctx, i), shape=(self.n_vocab,))
+        return int(logits.argmax())
+
+    def sample(self, i: int, temperature: float, rng: np.random.Generator, top_k: int = 40) -> int:
+        logits = np.ctypeslib.as_array(self._C.llama_get_logits_ith(self.ctx.ctx, i), shape=(self.n_vocab,))
+        top = np.argpartition(logits, -top_k)[-top_k:]
+        z = logits[top] / max(temperature, 1e-5)
+        p = np.exp(z - z.max())
+        return int(top[rng.choice(len(top), p=p / p.sum())])
+
+    def seq_bytes(self, seq: int) -> int:
+        """Bytes of the sequence's state (its KV cells): the KV memory of one file's context."""
+        return int(self._C.llama_state_seq_get_size(self.ctx.ctx, seq))
+
+
+class _DraftModel:
+    """A smaller model proposing k greedy tokens; keeps the KV of the last history it saw."""
+
+    def __init__(self, runner: _Runner) -> None:
+        self.runner = runner
+        self.tokens: list[int] = []
+
+    def propose(self, history: Sequence[int], k: int) -> tuple[list[int], int, float, float]:
+        """Returns (drafts, history tokens processed, ms for them, ms for the k tokens)."""
+        r = self.runner
+        keep = min(common_prefix(self.tokens, history), max(len(history) - 1, 0))
+        if len(history) + k + 1 > r.n_ctx:
+            return [], 0, 0.0, 0.0
+        r.remove(0, keep)
+        t0 = time.perf_counter()
+        r.decode(0, history[keep:], keep, all_logits=False)
+        t1 = time.perf_counter()
+        self.tokens = list(history)
+        drafts: list[int] = []
+        for _ in range(k):
+            tok = r.argmax(-1)
+            drafts.append(tok)
+            if r.is_eog(tok) or len(drafts) == k:
+                break
+            r.decode(0, [tok], len(self.tokens), all_logits=False)
+            self.tokens.append(tok)
+        t2 = time.perf_counter()
+        return drafts, len(history) - keep, (t1 - t0) * 1000, (t2 - t1) * 1000
+
+
+@dataclass
+class EngineStats:
+    requests: int = 0
+    draft_failures: int = 0
+    speculation_by_method: dict[str, int] = field(default_factory=dict)
+    draft_proposed: int = 0
+    draft_accepted: int = 0
 
 
 class LlamaEngine:
     def __init__(self, config: EngineConfig) -> None:
-        from llama_cpp import Llama  # heavy import, only in the serving process
-
+        if config.speculation not in SPECULATION_MODES:
+            raise ValueError(f"unknown speculation mode {config.speculation!r}")
         threads = config.n_threads or os.cpu_count() or 1
         self.config = config
         self.model_name = config.model_path.stem
         self._lock = threading.Lock()
-        self._llm = Llama(
-            model_path=str(config.model_path),
-            n_ctx=config.n_ctx,
-            n_threads=threads,
-            n_threads_batch=threads,
-            n_batch=config.n_batch,
-            verbose=False,
-            **config.extra,  # type: ignore[arg-type]
-        )
+        # Live requests waiting for the engine (incremented by the server before queueing one);
+        # a warm-up stops at its next chunk when this is above zero.
+        self.live_waiting = 0
+        self._rng = np.random.default_rng(0)
+        self.target = _Runner(config.model_path, n_ctx=config.n_ctx, n_slots=config.n_slots, n_threads=threads,
+                              n_batch=config.n_batch, kv_type=config.kv_type)
+        self.pool = KVPool(config.n_slots, config.n_ctx)
+        self.stats = EngineStats()
+        self.draft: _DraftModel | None = None
+        self.draft_disabled_reason: str | None = None
+        if config.draft_model_path is not None:
+            try:
+                self.draft = _DraftModel(_Runner(config.draft_model_path, n_ctx=config.draft_n_ctx, n_slots=1,
+                                                 n_threads=threads, n_batch=config.n_batch, kv_type=config.kv_type))
+                if self.draft.runner.n_vocab != self.target.n_vocab:
+                    raise ValueError(f"draft vocabulary {self.draft.runner.n_vocab} != target {self.target.n_vocab}")
+            except Exception as exc:  # a draft model is optional: degrade to n-gram/no speculation
+                self._disable_draft(f"draft model failed to load: {exc}")
+        self.policy = SpeculationPolicy(draft_available=self.draft is not None)
+
+    def _disable_draft(self, reason: str) -> None:
+        log.warning("speculation with the draft model is off: %s", reason)
+        self.draft = None
+        self.draft_disabled_reason = reason
+        self.stats.draft_failures += 1
+        if hasattr(self, "policy"):
+            self.policy.draft_available = False
 
     def tokenize(self, text: str) -> list[int]:
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        return self.target.tokenize(text)
+
+    def top2_margin(self, prompt: str, continuation: Sequence[int]) -> float:
+        """Logit gap between the target's two best next tokens after ``prompt`` + ``continuation``,
+        decoded one token at a time as plain decoding does (how close to a tie greedy was there)."""
+        with self._lock:
+            tokens, cont = self.tokenize(prompt), list(continuation)
+            lease = self.pool.lease("<margin-check>", tokens + cont, room=1)
+            r, slot = self.target, lease.slot
+            keep = min(lease.reused, len(tokens) - 1)
+            r.remove(slot.seq_id, keep)
+            slot.tokens = tokens[:keep]
+            self._decode_into(slot, tokens[keep:], all_logits=False)
+            for tok in cont:
+                self._decode_into(slot, [tok], all_logits=False)
+            logits = np.ctypeslib.as_array(r._C.llama_get_logits_ith(r.ctx.ctx, -1), shape=(r.n_vocab,))
+            best = np.partition(logits, -2)[-2:]
+            return float(abs(best[1] - best[0]))
+
+    def status(self) -> dict[str, Any]:
+        """For `ctxpress status` and the metrics: pool occupancy, speculation, degradations."""
+        return {
+            "kv_type": self.config.kv_type,
+            "kv_cells": self.pool.cells_per_slot * len(self.pool.slots),
+            "kv_cells_used": self.pool.used_cells(),
+            "kv_slots": [{"key": s.key, "tokens": len(s.tokens)} for s in self.pool.slots if s.tokens],
+            "pool": vars(self.pool.stats),
+            "draft_model": self.config.draft_model_path.name if self.draft is not None and
+            self.config.draft_model_path else None,
+            "draft_disabled_reason": self.draft_disabled_reason,
+            "speculation": dict(self.stats.speculation_by_method),
+            "draft_proposed": self.stats.draft_proposed,
+            "draft_accepted": self.stats.draft_accepted,
+            "policy": self.policy.snapshot(),
+        }
 
     def generate(
         self,
@@ -84,46 +292,192 @@ class LlamaEngine:
         max_tokens: int,
         temperature: float = 0.0,
         stop: Sequence[str] = (),
+        cache_key: str | None = None,
+        speculation: str | None = None,
     ) -> Iterator[GenerationChunk]:
-        """Stream the completion; the last chunk has ``final=True`` and the full figures."""
+        """Stream the completion; the last chunk has ``final=True`` and the full figures.
+
+        ``cache_key``: the file this prompt belongs to (repository + path + model), for the KV
+        pool; None shares slots by longest prefix. ``speculation``: "auto" (the policy),
+        "none", "ngram" or "draft"; None is the engine's default. Greedy (temperature 0) output
+        does not depend on it.
+        """
+        mode = speculation or self.config.speculation
+        if mode not in SPECULATION_MODES:
+            raise ValueError(f"unknown speculation mode {mode!r}")
         with self._lock:
-            yield from self._generate_locked(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop)
+            yield from self._generate_locked(prompt, max_tokens, temperature, stop, cache_key, mode)
+
+    def prefill(self, prompt: str, cache_key: str | None) -> GenerationFigures:
+        """Process a prompt into the pool without generating (pre-warming a file's stable part)."""
+        chunks = list(self.generate(prompt, max_tokens=0, cache_key=cache_key, speculation="none"))
+        return chunks[-1].figures
+
+    # --- the decode loop ---------------------------------------------------------------------
+    def _choose(self, mode: str, temperature: float, max_tokens: int, history: list[int]) -> SpeculationChoice:
+        if temperature > 0 or max_tokens <= 1 or mode == "none":
+            return SpeculationChoice("none", 0, 1.0, "off for this request")
+        if mode == "ngram":
+            return SpeculationChoice("ngram", 4, 0.0, "requested")
+        if mode == "draft":
+            if self.draft is None:
+                return SpeculationChoice("ngram", 4, 0.0, "draft model unavailable: n-gram instead")
+            return SpeculationChoice("draft", 3, 0.0, "requested")
+        draft_prompt = len(history) - common_prefix(self.draft.tokens, history) if self.draft is not None else 0
+        return self.policy.choose(max_tokens=max_tokens, draft_prompt_tokens=draft_prompt)
 
     def _generate_locked(
-        self, prompt: str, *, max_tokens: int, temperature: float, stop: Sequence[str]
+        self, prompt: str, max_tokens: int, temperature: float, stop: Sequence[str], cache_key: str | None,
+        mode: str,
     ) -> Iterator[GenerationChunk]:
-        llm = self._llm
+        r = self.target
         tokens = self.tokenize(prompt)
+        if not tokens:
+            raise ValueError("empty prompt")
         figures = GenerationFigures(prompt_tokens=len(tokens))
-        previous = llm._input_ids[: llm.n_tokens].tolist()
-        figures.cached_tokens = min(_common_prefix(previous, tokens), max(len(tokens) - 1, 0))
-        room = self.config.n_ctx - len(tokens) - 1
-        if room <= 0:
-            raise ValueError(f"prompt of {len(tokens)} tokens does not fit a context of {self.config.n_ctx}")
+        self.stats.requests += 1
+        lease = self.pool.lease(cache_key, tokens, room=max_tokens + MAX_DRAFT + 1)
+        figures.evicted = len(lease.evicted)
+        if lease.evicted:
+            log.info("KV pool evicted %s for %s", ", ".join(lease.evicted), cache_key or "an unkeyed prompt")
+        slot, seq = lease.slot, lease.slot.seq_id
+        figures.cached_tokens = lease.reused
+        r.remove(seq, lease.reused)
+        slot.tokens = tokens[:lease.reused]
         started = time.perf_counter()
-        first_token_at: float | None = None
-        pieces: list[str] = []
-        stream = llm.create_completion(
-            tokens,
-            max_tokens=min(max_tokens, room),
-            temperature=temperature,
-            top_k=1 if temperature == 0 else 40,
-            stop=list(stop) or None,
-            stream=True,
-        )
-        for chunk in stream:
-            choice = chunk["choices"][0]  # type: ignore[index]
-            if first_token_at is None:
-                first_token_at = time.perf_counter()
-            text = choice.get("text") or ""
-            if choice.get("finish_reason"):
-                figures.finish_reason = str(choice["finish_reason"])
-            if text:
-                pieces.append(text)
-                yield GenerationChunk(text=text, figures=figures)
-        done = time.perf_counter()
-        first_token_at = first_token_at or done
-        figures.prompt_ms = (first_token_at - started) * 1000
-        figures.decode_ms = (done - first_token_at) * 1000
-        figures.completion_tokens = len(self.tokenize("".join(pieces))) if pieces else 0
+        if max_tokens <= 0:  # a warm-up: fill the file's KV, never delay a live request
+            rest = tokens[lease.reused:]
+            for i in range(0, len(rest), WARM_CHUNK):
+                if self.live_waiting > 0:
+                    figures.finish_reason = "preempted"
+                    break
+                self._decode_into(slot, rest[i:i + WARM_CHUNK], all_logits=False)
+            else:
+                figures.finish_reason = "length"
+            figures.prompt_ms = (time.perf_counter() - started) * 1000
+            figures.kv_bytes = r.seq_bytes(seq)
+            yield GenerationChunk(text="", figures=figures, final=True)
+            return
+        self._decode_into(slot, tokens[lease.reused:], all_logits=False)
+        pending = r.argmax(-1) if temperature <= 0 else r.sample(-1, temperature, self._rng)
+        figures.prompt_ms = (time.perf_counter() - started) * 1000
+
+        choice = self._choose(mode, temperature, max_tokens, tokens)
+        figures.speculation = choice.method
+        self.stats.speculation_by_method[choice.method] = self.stats.speculation_by_method.get(choice.method, 0) + 1
+        generated: list[int] = []
+        text = _StopText(stop)
+        t_decode = time.perf_counter()
+
+        def emit(tok: int) -> bool:
+            """Append one token; True when generation must end."""
+            if r.is_eog(tok):
+                figures.finish_reason = "stop"
+                return True
+            generated.append(tok)
+            if text.feed(r.token_bytes(tok)):
+                figures.finish_reason = "stop"
+                return True
+            if len(generated) >= max_tokens:
+                figures.finish_reason = "length"
+                return True
+            return False
+
+        done = False
+        while not done:
+            if emit(pending):
+                break
+            if (out := text.take()):
+                yield GenerationChunk(text=out, figures=figures)
+            drafts = self._propose(choice, tokens, generated, max_tokens - len(generated), figures)
+            batch = [pending, *drafts]
+            pos = len(slot.tokens)
+            t_step = time.perf_counter()
+            self._decode_into(slot, batch, all_logits=bool(drafts))
+            self.policy.record_step(len(batch), (time.perf_counter() - t_step) * 1000)
+            if temperature > 0:
+                pending = r.sample(-1, temperature, self._rng)
+                continue
+            if not drafts:
+                pending = r.argmax(-1)
+                continue
+            accepted = 0
+            for i, d in enumerate(drafts):
+                if r.argmax(i) != d:
+                    break
+                accepted += 1
+            correction = r.argmax(accepted)
+            keep = pos + 1 + accepted
+            r.remove(seq, keep)
+            del slot.tokens[keep:]
+            figures.draft_proposed += len(drafts)
+            figures.draft_accepted += accepted
+            figures.draft_steps += 1
+            self.policy.record_acceptance(choice.method, len(drafts), accepted)
+            for d in drafts[:accepted]:
+                if emit(d):
+                    done = True
+                    break
+            pending = correction
+        if (out := text.take(final=True)):
+            yield GenerationChunk(text=out, figures=figures)
+        figures.completion_tokens = len(generated)
+        figures.token_ids = list(generated)
+        figures.decode_ms = (time.perf_counter() - t_decode) * 1000
+        figures.kv_bytes = r.seq_bytes(seq)
+        self.stats.draft_proposed += figures.draft_proposed
+        self.stats.draft_accepted += figures.draft_accepted
         yield GenerationChunk(text="", figures=figures, final=True)
+
+    def _decode_into(self, slot: Any, tokens: Sequence[int], *, all_logits: bool) -> None:
+        self.target.decode(slot.seq_id, tokens, len(slot.tokens), all_logits=all_logits)
+        slot.tokens.extend(tokens)
+
+    def _propose(self, choice: SpeculationChoice, prompt: list[int], generated: list[int], left: int,
+                 figures: GenerationFigures) -> list[int]:
+        k = min(choice.k, left - 1, MAX_DRAFT)
+        if choice.method == "none" or k <= 0:
+            return []
+        history = prompt + generated
+        if choice.method == "ngram":
+            return ngram_proposal(history, k)
+        if self.draft is None:
+            return ngram_proposal(history, k)
+        try:
+            drafts, processed, prompt_ms, token_ms = self.draft.propose(history, k)
+        except Exception as exc:  # a misbehaving draft turns itself off; this request goes on without
+            self._disable_draft(f"draft model failed during a request: {exc}")
+            return []
+        self.policy.record_draft(prompt_tokens=processed, prompt_ms=prompt_ms, tokens=len(drafts), token_ms=token_ms)
+        return drafts
+
+
+class _StopText:
+    """Incremental UTF-8 decoding with stop strings: text is released only once no stop string
+    can still start in it."""
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stop = [s for s in stop if s]
+        self._hold = max((len(s) for s in self._stop), default=1) - 1
+        self._text = ""
+        self._released = 0
+        self.stopped = False
+
+    def feed(self, data: bytes) -> bool:
+        self._text += self._decoder.decode(data)
+        for s in self._stop:
+            at = self._text.find(s, max(0, self._released - len(s)))
+            if at != -1:
+                self._text = self._text[:at]
+                self.stopped = True
+                return True
+        return False
+
+    def take(self, final: bool = False) -> str:
+        if final and not self.stopped:
+            self._text += self._decoder.decode(b"", final=True)
+        end = len(self._text) if (final or self.stopped) else max(self._released, len(self._text) - self._hold)
+        out = self._text[self._released:end]
+        self._released = end
+        return out

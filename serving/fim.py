@@ -25,6 +25,13 @@ STOP_WORDS: tuple[str, ...] = (
 )
 
 
-def fim_prompt(prefix: str, suffix: str) -> str:
-    """Prefix-suffix-middle order, the one the model was trained with."""
+def fim_prompt(prefix: str, suffix: str, *, suffix_first: bool = False) -> str:
+    """Prefix-suffix-middle order (PSM, what the model card shows), or suffix-prefix-middle.
+
+    SPM puts the code after the cursor first: while the user types, that part does not change,
+    so the engine's cached KV covers all of the prompt but the newly typed characters. In PSM the
+    suffix follows the typed text and is processed again on every keystroke.
+    """
+    if suffix_first:
+        return f"{FIM_SUFFIX}{suffix}{FIM_PREFIX}{prefix}{FIM_MIDDLE}"
     return f"{FIM_PREFIX}{prefix}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}"

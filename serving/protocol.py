@@ -26,6 +26,9 @@ class TensorSpec:
     optional: bool = False
 
 
+CTX_CACHE_KEY = "ctx_cache_key"
+CTX_SPECULATION = "ctx_speculation"
+
 # Inputs the worker sends. dims exclude the batch dimension (Triton's max_batch_size > 0 convention).
 COMPLETION_INPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("text_input", "BYTES", (1,)),
@@ -33,6 +36,11 @@ COMPLETION_INPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("stream", "BOOL", (1,), optional=True),
     TensorSpec("temperature", "FP32", (1,), optional=True),
     TensorSpec("stop_words", "BYTES", (-1,), optional=True),
+    # Our extensions (a TensorRT-LLM ensemble ignores unknown optional inputs of its BLS model):
+    # the file a prompt belongs to, for the engine's file-level KV pool ("" = none), and the
+    # speculation mode ("auto" | "none" | "ngram" | "draft"; "" = the engine's default).
+    TensorSpec("ctx_cache_key", "BYTES", (1,), optional=True),
+    TensorSpec("ctx_speculation", "BYTES", (1,), optional=True),
 )
 
 # Outputs the worker reads.
@@ -47,6 +55,7 @@ CTX_COMPLETION_TOKENS = "ctx_completion_tokens"
 CTX_DRAFT_PROPOSED = "ctx_draft_tokens_proposed"
 CTX_DRAFT_ACCEPTED = "ctx_draft_tokens_accepted"
 CTX_FINISH_REASON = "ctx_finish_reason"  # BYTES: "stop" | "length" | "error"
+CTX_KV_BYTES = "ctx_kv_bytes"  # KV memory of the request's sequence after it, in bytes
 
 FIGURE_OUTPUTS: tuple[TensorSpec, ...] = (
     TensorSpec(CTX_PROMPT_TOKENS, "INT32", (1,), optional=True),
@@ -54,6 +63,7 @@ FIGURE_OUTPUTS: tuple[TensorSpec, ...] = (
     TensorSpec(CTX_COMPLETION_TOKENS, "INT32", (1,), optional=True),
     TensorSpec(CTX_DRAFT_PROPOSED, "INT32", (1,), optional=True),
     TensorSpec(CTX_DRAFT_ACCEPTED, "INT32", (1,), optional=True),
+    TensorSpec(CTX_KV_BYTES, "INT32", (1,), optional=True),
     TensorSpec(CTX_FINISH_REASON, "BYTES", (1,), optional=True),
 )
 

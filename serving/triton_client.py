@@ -47,11 +47,12 @@ _FIGURE_NAMES = (
     protocol.CTX_COMPLETION_TOKENS,
     protocol.CTX_DRAFT_PROPOSED,
     protocol.CTX_DRAFT_ACCEPTED,
+    protocol.CTX_KV_BYTES,
 )
 
 
 def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str],
-            stream: bool) -> list[grpcclient.InferInput]:
+            stream: bool, cache_key: str | None = None, speculation: str | None = None) -> list[grpcclient.InferInput]:
     def make(name: str, dtype: str, value: np.ndarray) -> grpcclient.InferInput:
         tensor = grpcclient.InferInput(name, list(value.shape), dtype)
         tensor.set_data_from_numpy(value)
@@ -66,6 +67,10 @@ def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequen
     if stop_words:
         words = np.array([[w.encode("utf-8") for w in stop_words]], dtype=object)
         tensors.append(make("stop_words", "BYTES", words))
+    if cache_key:
+        tensors.append(make(protocol.CTX_CACHE_KEY, "BYTES", np.array([[cache_key.encode("utf-8")]], dtype=object)))
+    if speculation:
+        tensors.append(make(protocol.CTX_SPECULATION, "BYTES", np.array([[speculation.encode()]], dtype=object)))
     return tensors
 
 
@@ -92,13 +97,18 @@ class TritonCompletionClient:
         temperature: float = 0.0,
         stop_words: Sequence[str] = (),
         timeout_s: float = 30.0,
+        cache_key: str | None = None,
+        speculation: str | None = None,
     ) -> CompletionResult:
+        """``cache_key``: the file the prompt belongs to (the engine keeps its KV); ``speculation``:
+        the speculative decoding mode for this request (None: the engine's default)."""
         started = time.perf_counter()
         result = CompletionResult(text="")
         pieces: list[str] = []
         try:
             async with asyncio.timeout(timeout_s):
-                async for text, figures, finish in self._stream(prompt, max_tokens, temperature, stop_words):
+                async for text, figures, finish in self._stream(prompt, max_tokens, temperature, stop_words,
+                                                                cache_key, speculation):
                     if text and not pieces:
                         result.first_token_ms = (time.perf_counter() - started) * 1000
                     if text:
@@ -112,9 +122,11 @@ class TritonCompletionClient:
         return result
 
     async def _stream(
-        self, prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str]
+        self, prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str],
+        cache_key: str | None = None, speculation: str | None = None,
     ) -> AsyncIterator[tuple[str, dict[str, int], str | None]]:
-        inputs = _inputs(prompt, max_tokens, temperature, stop_words, stream=True)
+        inputs = _inputs(prompt, max_tokens, temperature, stop_words, stream=True, cache_key=cache_key,
+                         speculation=speculation)
 
         async def requests() -> AsyncIterator[dict[str, object]]:
             yield {"model_name": self.model, "inputs": inputs, "enable_empty_final_response": True}
@@ -135,8 +147,8 @@ class TritonCompletionClient:
                 figures: dict[str, int] = {}
                 for name in _FIGURE_NAMES:
                     value = response.as_numpy(name)
-                    if value is not None and value.size:
-                        figures[name] = int(value.reshape(-1)[0])
+                    if value is not None and value.size and int(value.reshape(-1)[0]) >= 0:
+                        figures[name] = int(value.reshape(-1)[0])  # negative: the backend does not know
                 finish_raw = response.as_numpy(protocol.CTX_FINISH_REASON)
                 finish = None
                 if finish_raw is not None and finish_raw.size:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -81,6 +82,11 @@ def _scalar(inputs: dict[str, np.ndarray], name: str, default: Any) -> Any:
     return value.reshape(-1)[0]
 
 
+def _text(inputs: dict[str, np.ndarray], name: str) -> str:
+    raw = _scalar(inputs, name, b"")
+    return raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+
+
 def _decode_list(value: np.ndarray | None) -> list[str]:
     if value is None:
         return []
@@ -103,6 +109,7 @@ def _response(text: str, figures: GenerationFigures) -> dict[str, np.ndarray]:
         protocol.CTX_COMPLETION_TOKENS: i32(figures.completion_tokens),
         protocol.CTX_DRAFT_PROPOSED: i32(figures.draft_proposed),
         protocol.CTX_DRAFT_ACCEPTED: i32(figures.draft_accepted),
+        protocol.CTX_KV_BYTES: i32(figures.kv_bytes),
         protocol.CTX_FINISH_REASON: np.array([[figures.finish_reason.encode()]], dtype=object),
     }
 
@@ -117,8 +124,9 @@ class CompletionModel:
     back through an asyncio queue.
     """
 
-    def __init__(self, engine: LlamaEngine) -> None:
+    def __init__(self, engine: LlamaEngine, status_path: Path | None = None) -> None:
         self.engine = engine
+        self.status_path = status_path
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
 
     async def __call__(self, requests: list[Any]) -> AsyncIterator[list[dict[str, np.ndarray]]]:
@@ -131,19 +139,29 @@ class CompletionModel:
         stream = bool(_scalar(inputs, "stream", False))
         temperature = float(_scalar(inputs, "temperature", 0.0))
         stop = _decode_list(inputs.get("stop_words"))
+        cache_key = _text(inputs, protocol.CTX_CACHE_KEY) or None
+        speculation = _text(inputs, protocol.CTX_SPECULATION) or None
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[GenerationChunk | BaseException | None] = asyncio.Queue()
 
         def produce() -> None:
+            if live:
+                self.engine.live_waiting -= 1
             try:
-                for chunk in self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop):
+                chunks = self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop,
+                                              cache_key=cache_key, speculation=speculation)
+                for chunk in chunks:
                     loop.call_soon_threadsafe(queue.put_nowait, chunk)
             except BaseException as exc:  # handed to the caller, which turns it into a Triton error
                 loop.call_soon_threadsafe(queue.put_nowait, exc)
             finally:
+                self._write_status()
                 loop.call_soon_threadsafe(queue.put_nowait, None)
 
+        live = max_tokens > 0  # max_tokens=0 is a warm-up, which gives way to live requests
+        if live:
+            self.engine.live_waiting += 1
         self._thread.submit(produce)
         pieces: list[str] = []
         while (item := await queue.get()) is not None:
@@ -158,7 +176,19 @@ class CompletionModel:
                 pieces.append(item.text)
 
 
-def _bind_completion_model(triton: Any, engine: LlamaEngine) -> None:
+    def _write_status(self) -> None:
+        """`ctxpress status` reads the engine's state (pool, speculation, degradations) from here."""
+        if self.status_path is None:
+            return
+        try:
+            tmp = self.status_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.engine.status()))
+            tmp.replace(self.status_path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", self.status_path, exc)
+
+
+def _bind_completion_model(triton: Any, engine: LlamaEngine, status_path: Path | None = None) -> None:
     from pytriton.model_config import ModelConfig, Tensor
 
     def spec(t: protocol.TensorSpec, *, output: bool = False) -> Tensor:
@@ -168,7 +198,7 @@ def _bind_completion_model(triton: Any, engine: LlamaEngine) -> None:
 
     triton.bind(
         model_name=protocol.COMPLETION_MODEL,
-        infer_func=CompletionModel(engine),
+        infer_func=CompletionModel(engine, status_path),
         inputs=[spec(t) for t in protocol.COMPLETION_INPUTS],
         outputs=[spec(t, output=True) for t in protocol.COMPLETION_OUTPUTS + protocol.FIGURE_OUTPUTS],
         config=ModelConfig(batching=True, max_batch_size=1, decoupled=True),
@@ -180,7 +210,11 @@ def serve(settings: Settings, model_path: Path) -> int:
     fix_python_stub_library_path()
     from pytriton.triton import Triton, TritonConfig
 
-    engine = EngineConfig(model_path=model_path, n_ctx=settings.n_ctx, n_threads=settings.n_threads)
+    engine = EngineConfig(
+        model_path=model_path, n_ctx=settings.n_ctx, n_threads=settings.n_threads, kv_type=settings.kv_cache_type,
+        n_slots=settings.kv_pool_slots, draft_model_path=settings.effective_draft_model_path(),
+        speculation=settings.speculation,
+    )
     log.info("loading %s", model_path)
     llama = LlamaEngine(engine)
     workspace = short_workspace_path(settings.state_dir / "triton")
@@ -206,7 +240,8 @@ def serve(settings: Settings, model_path: Path) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    _bind_completion_model(triton, llama)
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    _bind_completion_model(triton, llama, settings.run_dir / "engine-status.json")
     from serving.embedder import bind_embedder
 
     bind_embedder(triton, settings)

@@ -44,7 +44,7 @@ from ctxpress.wire.v1 import (
 from indexer.embeddings import AsyncTritonEmbedder
 from indexer.symbols import warm_up
 from serving import protocol
-from serving.fim import STOP_WORDS, fim_prompt
+from serving.fim import FIM_PREFIX, FIM_SUFFIX, STOP_WORDS, fim_prompt
 from serving.triton_client import (
     InferenceTimeout,
     InferenceUnavailable,
@@ -98,6 +98,7 @@ class Prepared:
     language: str
     digest: str
     features: dict[str, bool]
+    stable_chars: int = 0  # prefix[:stable_chars] changes least: cross-file chunks go after it
 
 
 class CompletionService:
@@ -118,6 +119,7 @@ class CompletionService:
         self.telemetry = telemetry
         self.files = FileStore()
         self._file_tokens_cache: dict[str, int] = {}
+        self._background: set[asyncio.Task[None]] = set()  # pre-warm tasks (kept referenced)
 
     async def handle(self, data: bytes, received_at: float) -> bytes:
         """One request in, one reply out; never raises."""
@@ -214,7 +216,55 @@ class CompletionService:
         except Exception as exc:  # warming is optional: the first completion will parse instead
             log.exception("warming %s failed", event.path)
             return json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()
+        task = asyncio.create_task(self._prewarm_logged(event))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
         return json.dumps({"ok": True, "warm_ms": warm_ms}).encode()
+
+    async def _prewarm_logged(self, event: FileOpened) -> None:
+        try:
+            await self._prewarm(event)
+        except Exception as exc:  # optional: the first keystroke pays the prompt instead
+            metrics.DEGRADED.labels("prewarm", type(exc).__name__).inc()
+            log.warning("pre-warming %s failed: %s", event.path, exc)
+
+    def _cache_key(self, request: CompletionRequest, features: dict[str, bool]) -> str | None:
+        """The engine's KV pool is keyed by repository + path + model (None: the shared context)."""
+        if request.mode != "optimized" or not features.get("prefix_cache", False):
+            return None
+        return f"{self.model_name}:{request.repository}:{request.path}"
+
+    def _speculation(self, request: CompletionRequest, features: dict[str, bool]) -> str:
+        if request.mode != "optimized" or not features.get("speculative", False):
+            return "none"
+        return "auto"
+
+    async def _prewarm(self, event: FileOpened) -> None:
+        """Process the stable part of the file's optimized prompt in the engine (max_tokens=0),
+        so that the first keystroke finds its KV. The engine gives way to live requests."""
+        if event.line is None:  # without a cursor there is no prompt to predict
+            return
+        request = CompletionRequest(repository=event.repository, path=event.path, text=event.text,
+                                    line=min(event.line, event.text.count("\n")), column=event.column,
+                                    language=event.language, mode="optimized")
+        features = resolve_features(request.features)
+        if not (features["prewarm"] and features["prefix_cache"]):
+            return
+        loop = asyncio.get_running_loop()
+        prepared = await loop.run_in_executor(None, self._prepare, request, event.text, content_hash(event.text))
+        stable = prepared.prefix[:prepared.stable_chars]
+        if not stable:
+            return
+        # The live prompt will start the same way (see fim_prompt): the stable part is its head.
+        head = (FIM_SUFFIX + prepared.suffix + FIM_PREFIX + stable) if features["suffix_first"] else FIM_PREFIX + stable
+        result = await self.triton.complete(
+            head,
+            max_tokens=0, timeout_s=self.settings.triton_timeout_s,
+            cache_key=self._cache_key(request, features), speculation="none")
+        metrics.PREWARMED_TOKENS.inc(result.figures.get(protocol.CTX_PROMPT_TOKENS, 0))
+        log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
+            protocol.CTX_PROMPT_TOKENS), "reused": result.figures.get(protocol.CTX_CACHED_TOKENS),
+            "finish": result.finish_reason}))
 
     def _resolve_text(self, request: CompletionRequest) -> tuple[str, str]:
         if request.text is not None:
@@ -288,7 +338,7 @@ class CompletionService:
             blocks=[BlockReport(**vars(b)) for b in ctx.blocks],
             dropped=[BlockReport(**vars(b)) for b in ctx.dropped],
         )
-        return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled)
+        return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled, stable_chars=ctx.stable_chars)
 
     def _wants_retrieval(self, request: CompletionRequest) -> bool:
         return (self.retriever is not None and request.mode == "optimized"
@@ -300,8 +350,10 @@ class CompletionService:
                                              line=request.line, language=request.language)
 
     def _add_retrieved(self, prepared: Prepared, retrieval: Retrieval) -> None:
-        """Other files' chunks go before the in-file context (which stays next to the cursor),
-        within what the in-file context left of the budget."""
+        """Other files' chunks go between the in-file excerpts and the enclosing block (which
+        stays next to the cursor), within what the in-file context left of the budget. Not
+        first: they change with every cursor move, and everything after them in the prompt
+        would lose its cached KV."""
         report = prepared.report
         r = retrieval.report
         report.retrieval = {"elapsed_ms": r.elapsed_ms, "threshold": r.threshold, "returned": r.returned,
@@ -315,7 +367,8 @@ class CompletionService:
         text, rendered = render_retrieved(retrieval.chunks, room, self.count_tokens, prepared.language)
         if not rendered:
             return
-        prepared.prefix = text + prepared.prefix
+        at = prepared.stable_chars
+        prepared.prefix = prepared.prefix[:at] + text + prepared.prefix[at:]
         report.context_tokens += sum(piece.tokens for piece in rendered)
         report.sources = sorted({*report.sources, "retrieval"})
         report.blocks.extend(
@@ -353,10 +406,13 @@ class CompletionService:
         file_tokens = loop.run_in_executor(None, self._file_tokens, text, digest)
         try:
             result = await self.triton.complete(
-                fim_prompt(prepared.prefix, prepared.suffix),
+                fim_prompt(prepared.prefix, prepared.suffix,
+                           suffix_first=request.mode == "optimized" and prepared.features.get("suffix_first", False)),
                 max_tokens=request.max_tokens,
                 stop_words=STOP_WORDS,
                 timeout_s=self.settings.triton_timeout_s,
+                cache_key=self._cache_key(request, prepared.features),
+                speculation=self._speculation(request, prepared.features),
             )
         except InferenceTimeout as exc:
             raise RequestError(ErrorCode.INFERENCE_TIMEOUT, str(exc)) from None

@@ -24,4 +24,5 @@ DRAFT_PROPOSED = Counter("ctxpress_draft_tokens_proposed", "Draft tokens propose
 DRAFT_ACCEPTED = Counter("ctxpress_draft_tokens_accepted", "Draft tokens accepted by the target model")
 CONTEXT_SOURCES = Counter("ctxpress_context_sources", "Context sources used", ["source"])
 FEEDBACK = Counter("ctxpress_feedback", "IDE feedback on completions", ["action"])
+PREWARMED_TOKENS = Counter("ctxpress_prewarmed_tokens", "Prompt tokens processed ahead of time on file_opened")
 TELEMETRY_DROPPED = Counter("ctxpress_telemetry_dropped", "Telemetry rows dropped (database down or backlog)")

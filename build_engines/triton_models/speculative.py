@@ -170,8 +170,10 @@ class TritonPythonModel:
             def emit(tokens: list[int], f: Figures, final: bool) -> None:
                 sender.send(self._response(tokens, f), flags=final_flag if final else 0)
 
+            speculation = _scalar(request, "ctx_speculation", b"")
+            speculation = speculation.decode() if isinstance(speculation, bytes) else str(speculation or "")
             spec = Speculator(
-                draft=self._draft_fn(end_id, pad_id) if self.draft_model else None,
+                draft=self._draft_fn(end_id, pad_id) if self.draft_model and speculation != "none" else None,
                 target=self._target_fn(end_id, pad_id, temperature),
                 max_draft_len=self.max_draft_len,
                 min_prompt_tokens=self.min_prompt_tokens,
@@ -244,6 +246,7 @@ class TritonPythonModel:
             t("ctx_completion_tokens", np.array([[f.completion_tokens]], dtype=i32)),
             t("ctx_draft_tokens_proposed", np.array([[f.draft_proposed]], dtype=i32)),
             t("ctx_draft_tokens_accepted", np.array([[f.draft_accepted]], dtype=i32)),
+            t("ctx_kv_bytes", np.array([[-1]], dtype=i32)),  # unknown here: the worker reads -1 as missing
             t("ctx_finish_reason", np.array([[f.finish_reason.encode()]], dtype=object)),
         ])
 

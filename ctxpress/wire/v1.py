@@ -164,6 +164,10 @@ class FileOpened(BaseModel):
     path: str = Field(min_length=1, max_length=4096)
     text: str
     language: str | None = None
+    # Where the cursor is, when the IDE knows: the stable part of the prompt for that position is
+    # processed ahead of the first keystroke. 0-based, like CompletionRequest.
+    line: int | None = Field(default=None, ge=0)
+    column: int = Field(default=0, ge=0)
 
 
 # --- Repository index events (JetStream stream ``CTXPRESS_INDEX``) ---------------------------------

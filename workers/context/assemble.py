@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 from indexer.parsing import TREE_CACHE, TreeCache, detect_language, is_supported, normalize_language
 from indexer.summaries import elision_marker
-from indexer.symbols import FileSymbols, extract_symbols, has_wide_error
+from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols, has_wide_error
 from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
 from workers.context.imports import import_candidates
-from workers.context.line_tokens import count_by_lines, line_range_estimator, warm_line_counts
+from workers.context.line_tokens import exact_counter, line_range_estimator, warm_line_counts
 from workers.context.nearby import nearby_candidates
 from workers.context.neighbours import neighbour_candidates
 from workers.context.packing import (
@@ -86,6 +86,9 @@ class AssembledContext:
     file_tokens_exact: bool = False
     file_lines: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
+    # Length of the prefix's stable part (the excerpts before the enclosing block): it changes
+    # least while the user types, so the engine's KV of it is reused; 0 for the window fallback.
+    stable_chars: int = 0
 
     @property
     def compression_ratio(self) -> float:
@@ -223,8 +226,17 @@ def _assemble(
     parsed = cache.get(path, text, lang)
     t = _check(deadline, timings, "parse", t)
     line = max(0, min(line, parsed.line_count - 1))
-    table = extract_symbols(parsed)
-    if parsed.tree.root_node.has_error and has_wide_error(parsed):
+    table = cheap_symbols(parsed)
+    if table is None and parsed.tree.root_node.has_error:
+        # The edit broke more than its function (a line cut mid-expression): the file without the
+        # cursor line often has the structure of the previous version again, whose table shifts.
+        repaired_parsed = parsed.with_line_blanked(line)
+        repaired_table = cheap_symbols(repaired_parsed)
+        if repaired_table is not None:
+            table, parsed = repaired_table, repaired_parsed
+    if table is None:
+        table = extract_symbols(parsed)
+    if not table.shifted and parsed.tree.root_node.has_error and has_wide_error(parsed):
         # Unfinished code on the cursor line can wreck error recovery for the rest of the file:
         # try the file without that line and keep whichever tree yields more declarations.
         repaired = extract_symbols(parsed.with_line_blanked(line))
@@ -240,9 +252,10 @@ def _assemble(
     cursor_byte = parsed.cursor_byte(line, column)
     lang_marker_tokens = count_tokens(elision_marker(lang, 999, 1099, "    "))
     estimate_lines = line_range_estimator(parsed, count_tokens)
+    exact = exact_counter(count_tokens)
 
-    def estimate_prompt(prefix: str, suffix: str) -> int:
-        return count_by_lines(count_tokens, prefix) + count_by_lines(count_tokens, suffix)
+    def prompt_tokens(prefix: str, suffix: str) -> int:
+        return exact(prefix) + exact(suffix)
 
     file_lines = text.splitlines()
 
@@ -260,12 +273,11 @@ def _assemble(
                       estimate_lines=estimate_lines)
         chosen, dropped = result.chosen, result.dropped
         # Token counts of pieces are not exactly additive (merges across boundaries, markers):
-        # check the rendered prompt and shed the lowest-priority blocks until it fits. The check
-        # uses the line-sum estimate (an upper bound, memoised per line); the exact count is
-        # taken once, at the end.
+        # count the rendered prompt (exactly, by memoised segments: see line_tokens) and shed the
+        # lowest-priority blocks until it fits.
         while True:
             rendered = render_prompt(chosen, enc.prefix_pieces, enc.suffix, lang, file_lines)
-            total = estimate_prompt(rendered.prefix, rendered.suffix)
+            total = prompt_tokens(rendered.prefix, rendered.suffix)
             if total <= budget or not chosen:
                 break
             victim = max(chosen, key=lambda c: c.priority)
@@ -285,7 +297,7 @@ def _assemble(
                 added.append(cand)
         if added:
             trial = render_prompt([*chosen, *added], enc.prefix_pieces, enc.suffix, lang, file_lines)
-            trial_total = estimate_prompt(trial.prefix, trial.suffix)
+            trial_total = prompt_tokens(trial.prefix, trial.suffix)
             if trial_total <= budget:
                 chosen += added
                 for cand in added:
@@ -295,17 +307,6 @@ def _assemble(
                 for cand in added:
                     cand.chosen = None
         t = _check(deadline, timings, "second-chance", t)
-        if total <= budget:
-            # The one exact count: what the report says and what the budget guarantee rests on.
-            total = count_tokens(rendered.prefix) + count_tokens(rendered.suffix)
-            while total > budget and chosen:  # only if the estimate was not an upper bound after all
-                victim = max(chosen, key=lambda c: c.priority)
-                chosen.remove(victim)
-                victim.drop_reason = f"shed after the exact count: prompt was {total} tokens > budget {budget}"
-                dropped.append(victim)
-                rendered = render_prompt(chosen, enc.prefix_pieces, enc.suffix, lang, file_lines)
-                total = count_tokens(rendered.prefix) + count_tokens(rendered.suffix)
-            t = _check(deadline, timings, "count", t)
         if total <= budget:
             break
         enclosing_budget = max(1, enclosing_budget - (total - budget) - lang_marker_tokens)
@@ -317,6 +318,7 @@ def _assemble(
     return AssembledContext(
         prefix=rendered.prefix, suffix=rendered.suffix, blocks=blocks, dropped=dropped_blocks, strategy="ast",
         fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0, timings_ms=timings,
+        stable_chars=len(rendered.excerpt_text),
     )
 
 

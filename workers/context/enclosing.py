@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from indexer.parsing import ParsedFile
 from indexer.summaries import header_line_range
 from indexer.symbols import FileSymbols, Symbol
-from workers.context.line_tokens import count_by_lines
+from workers.context.line_tokens import exact_counter
 from workers.context.packing import Piece, TokenCounter
 
 # Share of the enclosing block's budget given to the code after the cursor when it must be cut.
@@ -107,9 +107,8 @@ def _function_block(
     end_byte = parsed.line_end_byte(sym.end_line)
     prefix_text = parsed.text(start_byte, cursor_byte)
     suffix_text = parsed.text(cursor_byte, end_byte)
-    # Estimated line by line (memoised; an upper bound): the whole prompt is counted exactly once,
-    # at the end of assembly.
-    tokens = count_by_lines(count_tokens, prefix_text) + count_by_lines(count_tokens, suffix_text)
+    exact = exact_counter(count_tokens)  # by memoised segments: see line_tokens
+    tokens = exact(prefix_text) + exact(suffix_text)
     label = sym.qualname
     if tokens <= budget:
         return Enclosing(

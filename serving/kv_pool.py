@@ -1,0 +1,97 @@
+"""The file-level KV cache pool: which sequence of the engine's KV cache holds which file's prompt.
+
+llama.cpp keeps several sequences in one context (``n_seq_max``), each in its own stream of
+``n_ctx`` cells (not a unified cache: there, every sequence's attention would span every file's
+cells, masked, and decoding would slow down as the pool fills). Each slot remembers the tokens
+whose KV it holds; a request keyed by (repository, path, model) goes back to its file's slot and
+only the tokens after the common prefix are processed. The pool's memory is bounded by its
+number of slots (slots x cells x bytes per cell): a file that needs a slot when all are taken
+evicts the least recently used one, never fails. Pure bookkeeping, no llama.cpp here, so the
+policy is unit-tested on its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+SHARED = "<shared>"  # the key of requests that name no file
+
+
+@dataclass
+class Slot:
+    seq_id: int
+    key: str | None = None
+    tokens: list[int] = field(default_factory=list)  # what this sequence's KV cells hold, in order
+    last_used: int = 0
+
+
+@dataclass
+class Lease:
+    """The slot a request uses, how much of its prompt is already there, and what had to go."""
+
+    slot: Slot
+    reused: int  # prompt tokens whose KV is kept
+    evicted: list[str]  # keys of the slots emptied to make room
+
+
+@dataclass
+class PoolStats:
+    requests: int = 0
+    hits: int = 0  # requests that reused at least one token
+    reused_tokens: int = 0
+    prompt_tokens: int = 0
+    evictions: int = 0
+
+
+class KVPool:
+    def __init__(self, n_slots: int, cells_per_slot: int) -> None:
+        if n_slots < 1 or cells_per_slot < 1:
+            raise ValueError("a KV pool needs at least one slot and one cell")
+        self.slots = [Slot(seq_id=i) for i in range(n_slots)]
+        self.cells_per_slot = cells_per_slot
+        self.stats = PoolStats()
+        self._clock = itertools.count(1)
+
+    def used_cells(self) -> int:
+        return sum(len(s.tokens) for s in self.slots)
+
+    def lease(self, key: str | None, prompt: Sequence[int], room: int) -> Lease:
+        """Choose the slot for ``prompt`` (plus ``room`` cells for generated tokens).
+
+        A keyed request goes to its file's slot; a file seen for the first time takes an empty
+        slot or the least recently used one, whose file is then evicted. Requests without a key
+        all share one slot, which is exactly llama.cpp's single-context prefix reuse (the
+        baseline, and the pool switched off). The caller trims the slot's KV to ``reused``
+        tokens and processes the rest of the prompt.
+        """
+        key = SHARED if key is None else key
+        if len(prompt) + room > self.cells_per_slot:
+            raise ValueError(f"prompt of {len(prompt)} tokens (+{room} to generate) does not fit a context "
+                             f"of {self.cells_per_slot}")
+        slot = next((s for s in self.slots if s.key == key), None)
+        evicted: list[str] = []
+        if slot is None:
+            slot = min(self.slots, key=lambda s: (bool(s.tokens), s.last_used))
+            if slot.tokens and slot.key != key:
+                evicted.append(slot.key or f"seq{slot.seq_id}")
+        reused = min(common_prefix(slot.tokens, prompt), max(len(prompt) - 1, 0))
+        slot.key = key
+        slot.last_used = next(self._clock)
+        self.stats.requests += 1
+        self.stats.prompt_tokens += len(prompt)
+        self.stats.reused_tokens += reused
+        self.stats.hits += reused > 0
+        self.stats.evictions += len(evicted)
+        return Lease(slot=slot, reused=reused, evicted=evicted)

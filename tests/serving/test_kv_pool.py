@@ -1,0 +1,52 @@
+"""The KV pool's bookkeeping: stickiness per file, prefix reuse, LRU eviction, bounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from serving.kv_pool import KVPool
+
+
+def test_a_file_returns_to_its_own_slot_and_reuses_its_prefix() -> None:
+    pool = KVPool(n_slots=2, cells_per_slot=100)
+    first = pool.lease("repo:a.py", [1, 2, 3, 4], room=4)
+    first.slot.tokens = [1, 2, 3, 4]
+    again = pool.lease("repo:a.py", [1, 2, 3, 9, 9], room=4)
+    assert again.slot is first.slot and again.reused == 3 and again.evicted == []
+
+
+def test_an_identical_prompt_still_leaves_one_token_to_process() -> None:
+    pool = KVPool(n_slots=1, cells_per_slot=100)
+    lease = pool.lease("k", [5, 6, 7], room=1)
+    lease.slot.tokens = [5, 6, 7]
+    assert pool.lease("k", [5, 6, 7], room=1).reused == 2  # the last token's logits are needed
+
+
+def test_least_recently_used_file_is_evicted_and_the_bound_holds() -> None:
+    pool = KVPool(n_slots=2, cells_per_slot=100)
+    for key in ("a", "b"):
+        pool.lease(key, [1, 2], room=1).slot.tokens = [1, 2]
+    pool.lease("a", [1, 2, 3], room=1).slot.tokens = [1, 2, 3]  # a is now the most recent
+    lease = pool.lease("c", [7, 8], room=1)
+    assert lease.evicted == ["b"]
+    lease.slot.tokens = [7, 8]
+    assert sorted(s.key for s in pool.slots) == ["a", "c"]
+    assert pool.stats.evictions == 1 and len([s for s in pool.slots if s.tokens]) <= 2
+
+
+def test_unkeyed_prompts_share_one_slot_like_a_single_llama_context() -> None:
+    pool = KVPool(n_slots=3, cells_per_slot=100)
+    pool.lease(None, [1, 2, 3], room=1).slot.tokens = [1, 2, 3]
+    lease = pool.lease(None, [9, 9], room=1)
+    assert lease.reused == 0 and lease.slot.tokens == [1, 2, 3]  # same slot, nothing in common
+    lease.slot.tokens = [9, 9]
+    assert pool.lease(None, [9, 9, 4], room=1).reused == 2
+    assert len([s for s in pool.slots if s.tokens]) == 1
+
+
+def test_a_prompt_larger_than_a_slot_is_refused_before_anything_changes() -> None:
+    pool = KVPool(n_slots=1, cells_per_slot=10)
+    pool.lease("a", [1, 2], room=1).slot.tokens = [1, 2]
+    with pytest.raises(ValueError, match="does not fit"):
+        pool.lease("b", list(range(8)), room=5)
+    assert pool.slots[0].key == "a" and pool.slots[0].tokens == [1, 2]
