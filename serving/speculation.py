@@ -80,7 +80,11 @@ class SpeculationPolicy:
     draft_prompt_ms_per_token: _Ema = field(default_factory=lambda: _Ema(6.0))
     acceptance: dict[str, _Ema] = field(default_factory=lambda: {"ngram": _Ema(0.5), "draft": _Ema(0.64)})
     ks: tuple[int, ...] = (2, 3, 4, 6, 8)
+    # A method the figures rule out is still tried now and then, or its acceptance estimate
+    # would never recover from one bad stretch.
+    explore_every: int = 10
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _since_explore: dict[str, int] = field(default_factory=dict, repr=False)
 
     def choose(self, *, max_tokens: int, draft_prompt_tokens: int = 0, allowed: Sequence[str] = ("ngram", "draft"),
                ) -> SpeculationChoice:
@@ -106,6 +110,13 @@ class SpeculationPolicy:
                             method, k, speedup,
                             f"acceptance {acc:.2f}, {tokens:.2f} tokens/step for {cost:.0f} ms "
                             f"vs {step:.0f} ms plain")
+            for method in allowed:
+                if method == best.method or (method == "draft" and not self.draft_available):
+                    continue
+                self._since_explore[method] = self._since_explore.get(method, 0) + 1
+                if self._since_explore[method] >= self.explore_every:
+                    self._since_explore[method] = 0
+                    return SpeculationChoice(method, min(self.ks), 0.0, "exploring: refresh its measured figures")
             return best
 
     # --- measurements fed back by the engine -------------------------------------------------

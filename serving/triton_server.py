@@ -19,8 +19,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ import numpy as np
 from ctxpress.settings import Settings, get_settings
 from serving import protocol
 from serving.cpu_engine import EngineConfig, GenerationChunk, GenerationFigures, LlamaEngine
+from serving.scheduler import WINDOW_S, LatencyFirstScheduler
 
 log = logging.getLogger("ctxpress.triton")
 
@@ -124,10 +124,29 @@ class CompletionModel:
     back through an asyncio queue.
     """
 
-    def __init__(self, engine: LlamaEngine, status_path: Path | None = None) -> None:
+    def __init__(self, engine: LlamaEngine, status_path: Path | None = None, latency_first: bool = True) -> None:
         self.engine = engine
         self.status_path = status_path
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        # Admission: latency-first (a 5 ms window, urgent requests first, warm-ups last) or plain
+        # arrival order; one thread runs what is admitted, since the engine serves one at a time.
+        self._latency_first = latency_first
+        self._scheduler: LatencyFirstScheduler[Callable[[], None]] = LatencyFirstScheduler(
+            window_s=WINDOW_S if latency_first else 0.0)
+        self._ready = threading.Condition()
+        threading.Thread(target=self._run_admitted, name="llama", daemon=True).start()
+
+    def _submit(self, job: Callable[[], None], *, warm: bool) -> None:
+        with self._ready:
+            self._scheduler.submit(job, warm=warm and self._latency_first)
+            self._ready.notify()
+
+    def _run_admitted(self) -> None:
+        while True:
+            with self._ready:
+                while not (batch := self._scheduler.next_batch()):
+                    self._ready.wait(timeout=self._scheduler.wait_s())
+            for job in batch:
+                job()
 
     async def __call__(self, requests: list[Any]) -> AsyncIterator[list[dict[str, np.ndarray]]]:
         # Decoupled: each yield is one response per request of this call.
@@ -162,7 +181,7 @@ class CompletionModel:
         live = max_tokens > 0  # max_tokens=0 is a warm-up, which gives way to live requests
         if live:
             self.engine.live_waiting += 1
-        self._thread.submit(produce)
+        self._submit(produce, warm=not live)
         pieces: list[str] = []
         while (item := await queue.get()) is not None:
             if isinstance(item, BaseException):
@@ -182,13 +201,20 @@ class CompletionModel:
             return
         try:
             tmp = self.status_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.engine.status()))
+            st = self._scheduler.stats
+            waits = sorted(st.waits_ms)
+            status = {**self.engine.status(), "admission": {
+                "latency_first": self._latency_first, "released": st.released, "batches": st.batches,
+                "urgent": st.urgent, "warm": st.warm,
+                "wait_ms_p95": waits[int(0.95 * (len(waits) - 1))] if waits else None}}
+            tmp.write_text(json.dumps(status))
             tmp.replace(self.status_path)
         except OSError as exc:
             log.warning("cannot write %s: %s", self.status_path, exc)
 
 
-def _bind_completion_model(triton: Any, engine: LlamaEngine, status_path: Path | None = None) -> None:
+def _bind_completion_model(triton: Any, engine: LlamaEngine, status_path: Path | None = None,
+                           latency_first: bool = True) -> None:
     from pytriton.model_config import ModelConfig, Tensor
 
     def spec(t: protocol.TensorSpec, *, output: bool = False) -> Tensor:
@@ -198,7 +224,7 @@ def _bind_completion_model(triton: Any, engine: LlamaEngine, status_path: Path |
 
     triton.bind(
         model_name=protocol.COMPLETION_MODEL,
-        infer_func=CompletionModel(engine, status_path),
+        infer_func=CompletionModel(engine, status_path, latency_first),
         inputs=[spec(t) for t in protocol.COMPLETION_INPUTS],
         outputs=[spec(t, output=True) for t in protocol.COMPLETION_OUTPUTS + protocol.FIGURE_OUTPUTS],
         config=ModelConfig(batching=True, max_batch_size=1, decoupled=True),
@@ -241,7 +267,7 @@ def serve(settings: Settings, model_path: Path) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     settings.run_dir.mkdir(parents=True, exist_ok=True)
-    _bind_completion_model(triton, llama, settings.run_dir / "engine-status.json")
+    _bind_completion_model(triton, llama, settings.run_dir / "engine-status.json", settings.batching)
     from serving.embedder import bind_embedder
 
     bind_embedder(triton, settings)

@@ -424,6 +424,7 @@ class CompletionService:
         report.file_tokens = await file_tokens
         report.prompt_tokens = result.figures.get(protocol.CTX_PROMPT_TOKENS)
         report.cached_tokens = result.figures.get(protocol.CTX_CACHED_TOKENS)
+        report.kv_bytes = result.figures.get(protocol.CTX_KV_BYTES)
         total_ms = (time.perf_counter() - received_at) * 1000
         first = result.first_token_ms or result.total_ms
         return CompletionResponse(

@@ -24,12 +24,16 @@ def file_key(repository_id: str, file_path: str) -> bytes:
     return f"{repository_id}\0{path}".encode()
 
 
-def shard_for(repository_id: str, file_path: str, shards: int) -> int:
+def shard_for(repository_id: str, file_path: str, shards: int, exclude: frozenset[int] = frozenset()) -> int:
+    """The file's shard; with ``exclude`` (shards found dead), the best of the others: only the
+    dead shards' files move, and each to the shard it would go to anyway were that one gone."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     key = file_key(repository_id, file_path)
     best, best_weight = 0, -1
     for shard in range(shards):
+        if shard in exclude and len(exclude) < shards:
+            continue
         weight = int.from_bytes(hashlib.sha256(key + b"\0" + str(shard).encode()).digest()[:8], "big")
         if weight > best_weight:
             best, best_weight = shard, weight

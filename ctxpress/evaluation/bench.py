@@ -49,6 +49,7 @@ class BenchConfig:
     debounce_ms: float = 150.0
     typing_pauses: int = 12  # completions asked for per typing replay
     seed: int = 0
+    features: dict[str, bool] | None = None  # optimized mode's switches (ablations)
 
 
 @dataclass
@@ -66,10 +67,11 @@ def third_party_root() -> Path:
     return Path(sqlalchemy.__file__).parent
 
 
-def _request(case: Case, text: str, mode: str, scenario: str, max_tokens: int) -> CompletionRequest:
+def _request(case: Case, text: str, mode: str, scenario: str, max_tokens: int,
+             features: dict[str, bool] | None = None) -> CompletionRequest:
     return CompletionRequest(repository=Path(case.repo).name, path=case.path, text=text, line=case.line,
                              column=case.column, max_tokens=max_tokens, mode=mode,  # type: ignore[arg-type]
-                             scenario=f"bench-{scenario}")
+                             scenario=f"bench-{scenario}", features=features if mode == "optimized" else None)
 
 
 async def _send(client: CompletionClient, request: CompletionRequest) -> tuple[float, dict[str, Any]]:
@@ -79,7 +81,9 @@ async def _send(client: CompletionClient, request: CompletionRequest) -> tuple[f
 
 
 async def _open(client: CompletionClient, case: Case, text: str) -> None:
-    await client.file_opened(FileOpened(repository=Path(case.repo).name, path=case.path, text=text))
+    # as an IDE does, with the cursor where the developer will type (the engine may pre-warm it)
+    await client.file_opened(FileOpened(repository=Path(case.repo).name, path=case.path, text=text,
+                                        line=case.line, column=case.column))
 
 
 async def _cases_scenario(client: CompletionClient, name: str, cases: Sequence[Case], cfg: BenchConfig,
@@ -95,7 +99,7 @@ async def _cases_scenario(client: CompletionClient, name: str, cases: Sequence[C
         if time.monotonic() > deadline:
             break
         cut, _ = cut_out(texts[case.path], case.line, case.column)
-        latency, reply = await _send(client, _request(case, cut, mode, name, cfg.max_tokens))
+        latency, reply = await _send(client, _request(case, cut, mode, name, cfg.max_tokens, cfg.features))
         samples.append(Sample(mode, latency, reply))
         progress.advance(f"{name} {mode} {latency:.0f} ms")
     return samples
@@ -115,7 +119,8 @@ async def _concurrency(cfg: BenchConfig, cases: Sequence[Case], progress: Progre
                 text = (Path(case.repo) / case.path).read_text(encoding="utf-8")
                 cut, _ = cut_out(text, case.line, case.column)
                 mode = cfg.modes[(index + round_) % len(cfg.modes)]
-                latency, reply = await _send(client, _request(case, cut, mode, "concurrency", cfg.max_tokens))
+                latency, reply = await _send(client, _request(case, cut, mode, "concurrency", cfg.max_tokens,
+                                                              cfg.features))
                 samples.append(Sample(mode, latency, reply))
                 progress.advance(f"concurrency {mode} {latency:.0f} ms")
                 await asyncio.sleep(cfg.think_s * (0.5 + rng.random()))
@@ -188,7 +193,8 @@ async def _typing(client: CompletionClient, path: Path, cfg: BenchConfig, progre
             await asyncio.sleep(max(0.0, due - time.monotonic()))
             request = CompletionRequest(repository=repository, path=path.name, text=current, line=line,
                                         column=column, max_tokens=cfg.max_tokens, mode=mode,  # type: ignore[arg-type]
-                                        scenario="bench-typing")
+                                        scenario="bench-typing",
+                                        features=cfg.features if mode == "optimized" else None)
             latency, reply = await _send(client, request)
             next_text = body[offset:].split("\n", 1)[0]
             suggestion = first_line(reply.get("completion", ""))
@@ -216,8 +222,9 @@ def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[s
         else None
     proposed = sum(s.reply.get("draft_tokens_proposed") or 0 for s in ok)
     accepted = sum(s.reply.get("draft_tokens_accepted") or 0 for s in ok)
-    # accepted draft tokens per decoding step that used a draft; None while no request drafted
-    out["draft_accepted_per_step"] = accepted / proposed if proposed else None
+    # share of proposed draft tokens the target accepted; None while no request drafted
+    out["draft_acceptance"] = accepted / proposed if proposed else None
+    out["draft_accepted_per_request"] = accepted / len(ok) if ok else None
     matched = [s.matched for s in samples if s.matched is not None]
     if matched:
         out["suggestion_match_rate"] = sum(matched) / len(matched)
@@ -264,7 +271,7 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
 
 def report_lines(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
     keys = ("requests", "errors", "latency_ms_p50", "latency_ms_p95", "throughput_rps", "cache_hit_rate",
-            "prompt_tokens_mean", "draft_accepted_per_step", "suggestion_match_rate")
+            "prompt_tokens_mean", "draft_acceptance", "draft_accepted_per_request", "suggestion_match_rate")
     lines = []
     for name, modes in results.items():
         lines.append(f"[{name}]" + "".join(f"{m:>14}" for m in modes))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -105,22 +106,72 @@ def source_files(repo: Path) -> list[Path]:
     return sorted(p for p in paths if p.is_file() and is_supported(detect_language(str(p))))
 
 
-def _file_candidates(repo: Path, path: Path, min_lines: int, max_lines: int = 0) -> list[tuple[int, list[int]]]:
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_STRING = re.compile(r"""[rbfuRBFU]{0,2}("[^"\\]*(?:\\.[^"\\]*)*"|'[^'\\]*(?:\\.[^'\\]*)*')""")  # blanked out
+# A cross-file name must be specific enough that the model cannot guess it from the file alone.
+_MIN_FOREIGN_NAME = 5
+_MAX_DEFINING_FILES = 3
+
+
+def _table(path: Path) -> tuple[str, object] | None:
     if path.stat().st_size > _MAX_FILE_BYTES:
-        return []
+        return None
     try:
         text = path.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError):
-        return []
-    lines = text.splitlines()
-    if len(lines) < min_lines or (max_lines and len(lines) > max_lines):
-        return []
+        return None
     language = detect_language(str(path), text)
     assert language is not None
     try:
-        table = extract_symbols(parse_text(text, language, str(path)))
+        return text, extract_symbols(parse_text(text, language, str(path)))
     except Exception:  # a file tree-sitter cannot read is simply not a source of cases
+        return None
+
+
+def defined_names(repo: Path, files: list[Path]) -> dict[str, set[str]]:
+    """Name of every top-level function, class and constant -> the files (relative) defining it
+    (not methods: an attribute name says little about where its definition lives)."""
+    out: dict[str, set[str]] = {}
+    for path in files:
+        loaded = _table(path)
+        if loaded is None:
+            continue
+        relative = str(path.relative_to(repo))
+        for sym in loaded[1].symbols:  # type: ignore[attr-defined]
+            if sym.parent is None and sym.kind not in ("import", "package", "field", "variable"):
+                out.setdefault(sym.name, set()).add(relative)
+    return out
+
+
+def _foreign_columns(line: str, columns: list[int], relative: str, local: set[str],
+                     foreign: dict[str, set[str]]) -> list[int]:
+    """Columns before a name defined in another file of the repository (and not in this one),
+    so that the text to predict contains it."""
+    keep: set[int] = set()
+    code = _STRING.sub(lambda m: " " * len(m.group()), line.split("#", 1)[0] if "#" in line and "'" not in line
+                       and '"' not in line else line)
+    for m in _IDENTIFIER.finditer(code):
+        name = m.group()
+        if m.start() > 0 and code[m.start() - 1] == ".":
+            continue  # an attribute (obj.update): not a reference to a module-level definition
+        owners = foreign.get(name)
+        if (owners and relative not in owners and name not in local and len(name) >= _MIN_FOREIGN_NAME
+                and len(owners) <= _MAX_DEFINING_FILES):
+            keep.update(c for c in columns if c <= m.start())
+    return sorted(keep)
+
+
+def _file_candidates(repo: Path, path: Path, min_lines: int, max_lines: int = 0,
+                     foreign: dict[str, set[str]] | None = None) -> list[tuple[int, list[int]]]:
+    loaded = _table(path)
+    if loaded is None:
         return []
+    text, table = loaded
+    lines = text.splitlines()
+    if len(lines) < min_lines or (max_lines and len(lines) > max_lines):
+        return []
+    relative = str(path.relative_to(repo))
+    local = {s.name for s in table.symbols}  # type: ignore[attr-defined]
     source = text.encode("utf-8")
     body_lines: set[int] = set()
     for sym in table.symbols:
@@ -135,6 +186,8 @@ def _file_candidates(repo: Path, path: Path, min_lines: int, max_lines: int = 0)
         if number >= len(lines) or number in docstring_lines or trivial_line(lines[number].strip()):
             continue
         columns = cursor_columns(lines[number])
+        if foreign is not None:
+            columns = _foreign_columns(lines[number], columns, relative, local, foreign)
         if columns:
             out.append((number, columns))
     return out
@@ -159,16 +212,20 @@ def _string_lines(lines: list[str]) -> set[int]:
 
 
 def make_cases(repo: Path, n: int, seed: int, min_lines: int = 0,
-               progress: Callable[[int, int], None] | None = None, max_lines: int = 0) -> list[Case]:
+               progress: Callable[[int, int], None] | None = None, max_lines: int = 0,
+               cross_file: bool = False) -> list[Case]:
     """``n`` cases spread over files: files are visited round-robin in a seeded order, one
-    cursor per file per round, so no single file dominates the set."""
+    cursor per file per round, so no single file dominates the set. ``cross_file``: only lines
+    whose text to predict uses a name defined in another file of the repository (and not in
+    this one), the cases retrieval exists for."""
     repo = repo.resolve()
     rng = random.Random(seed)
     files = source_files(repo)
+    foreign = defined_names(repo, files) if cross_file else None
     rng.shuffle(files)
     pools: list[tuple[Path, list[tuple[int, list[int]]]]] = []
     for index, path in enumerate(files):
-        candidates = _file_candidates(repo, path, min_lines, max_lines)
+        candidates = _file_candidates(repo, path, min_lines, max_lines, foreign)
         if candidates:
             rng.shuffle(candidates)
             pools.append((path, candidates))

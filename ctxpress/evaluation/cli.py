@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     be.add_argument("--max-seconds", type=float, default=900.0, help="bound on each scenario")
     be.add_argument("--typing-pauses", type=int, default=12, help="completions asked for in a typing replay")
     be.add_argument("--mode", choices=["baseline", "optimized", "both"], default="both")
+    be.add_argument("--features", default="", help="optimized mode's switches, as for eval: --features=-prefix_cache")
     be.set_defaults(func=cmd_bench)
 
     st = sub.add_parser("stats", help="summarise per-request telemetry")
@@ -53,6 +54,8 @@ def make_cases_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-lines", type=int, default=0, help="only files of at least this many lines")
     p.add_argument("--max-lines", type=int, default=0, help="only files of at most this many lines (0: any)")
+    p.add_argument("--cross-file", action="store_true",
+                   help="only cursors whose expected text uses a name defined in another file of the repository")
     p.add_argument("--out", type=Path, help="write the cases here (default: stdout)")
     return p
 
@@ -72,7 +75,8 @@ def cmd_make_cases(argv: list[str]) -> int:
             bar.append(Progress(total, "scanning files"))
         bar[0].advance()
 
-    cases = make_cases(args.repo, args.n, args.seed, args.min_lines, progress=progress, max_lines=args.max_lines)
+    cases = make_cases(args.repo, args.n, args.seed, args.min_lines, progress=progress, max_lines=args.max_lines,
+                       cross_file=args.cross_file)
     if args.out:
         write_cases(cases, args.out)
     else:
@@ -124,11 +128,17 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.evaluation.bench import SCENARIOS, BenchConfig, final_line, report_lines, run_bench
+    from ctxpress.features import parse_list
 
     modes = ["baseline", "optimized"] if args.mode == "both" else [args.mode]
+    try:
+        features = parse_list(args.features) or None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     cfg = BenchConfig(settings.effective_nats_url(), settings.completion_subject, modes=modes,
                       requests=args.requests, clients=args.clients, max_seconds=args.max_seconds,
-                      typing_pauses=args.typing_pauses)
+                      typing_pauses=args.typing_pauses, features=features)
     scenarios = args.scenario or list(SCENARIOS)
     typing_file = next((f for f in args.file), None) if "typing" in scenarios else None
     others = [] if scenarios == ["typing"] else args.file

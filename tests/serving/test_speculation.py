@@ -29,6 +29,7 @@ def test_policy_prefers_ngram_when_drafting_is_free_and_often_right() -> None:
         policy.record_acceptance("ngram", 4, 3)
         policy.record_step(1, 75.0)
         policy.record_step(5, 95.0)
+    policy.explore_every = 10**9
     choice = policy.choose(max_tokens=64, draft_prompt_tokens=1500)
     assert choice.method == "ngram" and choice.k >= 2 and choice.expected_speedup > 1.5
 
@@ -40,7 +41,9 @@ def test_policy_turns_speculation_off_when_it_does_not_pay() -> None:
         policy.record_acceptance("draft", 3, 0)
         policy.record_step(1, 75.0)
         policy.record_step(5, 160.0)
-    assert policy.choose(max_tokens=64, draft_prompt_tokens=800).method == "none"
+    choices = [policy.choose(max_tokens=64, draft_prompt_tokens=800).method for _ in range(20)]
+    assert choices.count("none") >= 16  # and now and then each method again, to re-measure it
+    assert "ngram" in choices
 
 
 def test_draft_model_loses_when_its_prompt_cost_dominates() -> None:
@@ -51,5 +54,6 @@ def test_draft_model_loses_when_its_prompt_cost_dominates() -> None:
         policy.record_step(1, 75.0)
         policy.record_step(4, 85.0)
         policy.record_draft(prompt_tokens=1000, prompt_ms=6000.0, tokens=3, token_ms=60.0)
+    policy.explore_every = 10**9  # this test is about the estimate, not exploration
     assert policy.choose(max_tokens=16, draft_prompt_tokens=2000).method != "draft"
     assert policy.choose(max_tokens=16, draft_prompt_tokens=0).method == "draft"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from workers.gateway import route
+from workers.gateway import DEAD_FOR_S, ShardHealth, route
 from workers.sharding import shard_for
 
 pytestmark = pytest.mark.services
@@ -27,12 +27,32 @@ def test_route_reads_repository_and_path_only() -> None:
     assert route(b"{not json", 4) == 0  # shard 0's worker answers with the structured error
 
 
+def test_a_dead_shard_moves_only_its_own_files() -> None:
+    files = [f"pkg/m{i}.py" for i in range(200)]
+    before = {f: shard_for("r", f, 4) for f in files}
+    after = {f: shard_for("r", f, 4, exclude=frozenset({2})) for f in files}
+    moved = [f for f in files if before[f] != after[f]]
+    assert moved and all(before[f] == 2 for f in moved) and all(after[f] != 2 for f in files)
+    assert shard_for("r", "a.py", 2, exclude=frozenset({0, 1})) in (0, 1)  # all dead: still an answer
+
+
+def test_shard_health_forgets_a_dead_shard_after_a_while() -> None:
+    now = [100.0]
+    health = ShardHealth(clock=lambda: now[0])
+    health.mark_dead(1)
+    assert health.dead() == {1}
+    data = json.dumps({"repository": "r", "path": "x.py"}).encode()
+    assert route(data, 2, health.dead()) == 0
+    now[0] += DEAD_FOR_S + 1
+    assert health.dead() == frozenset()
+
+
 async def test_gateway_sends_each_file_to_its_shard(appliance: Any, nats_client: Any) -> None:
     base = "test.sharded.complete"
     env = {**appliance.env, "CTXPRESS_COMPLETION_SUBJECT": base, "CTXPRESS_SHARDS": "2",
            "CTXPRESS_WORKER_METRICS_PORT": "0", "CTXPRESS_COMPLETION_QUEUE": base}
     gateway = start("workers.gateway", env)
-    # only shard 0 has a worker: shard 1's files must come back as "did not answer", quickly
+    # only shard 1 is dead (no worker): its files must move to shard 0, retried once, at once
     worker = start("workers.completion", {**env, "CTXPRESS_SHARD": "0"})
     try:
         files = [f"pkg/module_{i}.py" for i in range(12)]
@@ -54,9 +74,8 @@ async def test_gateway_sends_each_file_to_its_shard(appliance: Any, nats_client:
             request = {"repository": "repo", "path": f, "text": "x = 1\n", "line": 5, "column": 0}
             msg = await nats_client.request(base, json.dumps(request).encode(), timeout=30)
             replies[f] = json.loads(msg.data)
-        for f, shard in expected.items():
-            code = replies[f]["error"]["code"]
-            assert code == ("cursor_out_of_range" if shard == 0 else "inference_unavailable"), (f, replies[f])
+        for f in expected:
+            assert replies[f]["error"]["code"] == "cursor_out_of_range", (f, replies[f])  # shard 0 answered
     finally:
         for proc in (worker, gateway):
             proc.terminate()

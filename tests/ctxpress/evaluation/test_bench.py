@@ -55,7 +55,7 @@ def test_bench_typing_and_short_end_to_end(appliance: Any, tmp_path: Path) -> No
             assert figures["requests"] >= 1
             assert figures["latency_ms_p95"] >= figures["latency_ms_p50"] > 0
             assert 0 <= figures["cache_hit_rate"] <= 1
-            assert "draft_accepted_per_step" in figures
+            assert "draft_acceptance" in figures
     for mode in ("baseline", "optimized"):
         assert 0 <= final["scenarios"]["typing"][mode]["suggestion_match_rate"] <= 1
     # a typing replay keeps the prompt prefix warm between keystrokes

@@ -112,3 +112,28 @@ def test_cases_file_roundtrip(tmp_path: Path) -> None:
     cases = [Case("a:1:2", "/r", "a.py", 1, 2, "x + 1")]
     write_cases(cases, tmp_path / "c.jsonl")
     assert read_cases(tmp_path / "c.jsonl") == cases
+
+
+def test_cross_file_cases_use_a_name_defined_only_in_another_file(tmp_path: Path) -> None:
+    repo = tmp_path / "pkg"
+    repo.mkdir()
+    (repo / "helpers.py").write_text(
+        "def normalize_weights(values):\n    total = sum(values)\n    return [v / total for v in values]\n\n\n"
+        "class WeightTable:\n    pass\n")
+    (repo / "model.py").write_text(
+        "from helpers import normalize_weights, WeightTable\n\n\n"
+        "def local_helper(x):\n    return x + 1\n\n\n"
+        "def train(values):\n"
+        "    counts = local_helper(len(values))\n"
+        "    weights = normalize_weights(values)\n"
+        "    table = WeightTable()\n"
+        "    label = 'normalize_weights'\n"
+        "    return weights, table, counts, label\n")
+    cases = make_cases(repo, n=20, seed=0, cross_file=True)
+    assert cases
+    for case in cases:
+        assert case.path == "model.py"
+        assert "normalize_weights(" in case.expected or "WeightTable(" in case.expected
+    lines = {c.line for c in cases}
+    assert 8 not in lines  # local_helper is defined in the same file
+    assert 11 not in lines  # the name only appears inside a string there
