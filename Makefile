@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint up down clean eval-long eval-short bench
+.PHONY: install demo test lint up down clean eval-long eval-short eval-cross bench
 
 install: $(STAMP)
 
@@ -51,6 +51,15 @@ eval-short: install
 	@mkdir -p $(EVAL_DIR)
 	$(VENV)/bin/ctxpress eval make-cases --repo $(SITE)/pydantic --n 100 --seed 2 --max-lines 300 --out $(EVAL_DIR)/short.jsonl
 	$(VENV)/bin/ctxpress eval --cases $(EVAL_DIR)/short.jsonl --mode both --gate 3 --out $(EVAL_DIR)/short-results.jsonl
+
+# Cross-file cases (the expected text uses a name defined in another file of pydantic), with and
+# without retrieval; the repository is indexed first (unchanged files are skipped on later runs).
+eval-cross: install
+	@mkdir -p $(EVAL_DIR)
+	$(VENV)/bin/ctxpress index $(SITE)/pydantic
+	$(VENV)/bin/ctxpress eval make-cases --repo $(SITE)/pydantic --n 100 --seed 5 --cross-file --out $(EVAL_DIR)/cross.jsonl
+	$(VENV)/bin/ctxpress eval --cases $(EVAL_DIR)/cross.jsonl --mode optimized --out $(EVAL_DIR)/cross-on.jsonl
+	$(VENV)/bin/ctxpress eval --cases $(EVAL_DIR)/cross.jsonl --mode optimized --features=-retrieval --out $(EVAL_DIR)/cross-off.jsonl
 
 bench: install
 	$(VENV)/bin/ctxpress bench

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -105,3 +106,40 @@ async def test_concurrent_requests_are_all_answered(appliance: Any, nats_client:
     replies = await asyncio.gather(*(ask(nats_client, subject, p, wait_s=120) for p in payloads))
     assert [r.get("id") for r in replies] == [f"concurrent-{i}" for i in range(3)], replies
     assert all(r["completion"].strip().startswith("b") for r in replies)
+
+
+async def test_file_opened_with_a_cursor_prewarms_and_the_file_keeps_its_kv(appliance: Any,
+                                                                             nats_client: Any) -> None:
+    """The engine keeps each file's prompt KV: after file_opened (with the cursor) the stable part
+    is processed ahead of time, and the next request on that file reuses it; another file's
+    request in between does not evict it (the pool has a slot per file)."""
+    from ctxpress.wire.v1 import SUBJECT_FILE_OPENED
+
+    subject = appliance.settings.completion_subject
+    body = "".join(f"def helper_{i}(x):\n    return x * {i} + {i}\n\n\n" for i in range(40))
+    text = body + "def total(values):\n    acc = 0\n    for v in values:\n        acc += helper_3(v)\n"
+    line = text.count("\n") - 1
+    opened = {"repository": "demo", "path": "pool_a.py", "text": text, "line": line, "column": 8}
+    await nats_client.request(SUBJECT_FILE_OPENED, json.dumps(opened).encode(), timeout=30)
+    status_file = appliance.settings.run_dir / "engine-status.json"
+    deadline = time.monotonic() + 90
+    warmed = 0
+    while time.monotonic() < deadline and warmed < 100:  # the warm-up runs in the background
+        await asyncio.sleep(0.5)
+        try:
+            slots = json.loads(status_file.read_text())["kv_slots"]
+        except (OSError, ValueError, KeyError):
+            continue
+        warmed = max((s["tokens"] for s in slots if (s["key"] or "").endswith(":demo:pool_a.py")), default=0)
+    assert warmed >= 100, "the file's stable prompt was not pre-processed"
+    other = valid(path="pool_b.py", mode="optimized")
+    assert "error" not in await ask(nats_client, subject, json.dumps(other).encode())  # waits for the warm-up
+    request = {"repository": "demo", "path": "pool_a.py", "text": text, "line": line, "column": 8, "max_tokens": 4,
+               "mode": "optimized"}
+    reply = await ask(nats_client, subject, json.dumps(request).encode())
+    assert "error" not in reply, reply
+    ctx = reply["context"]
+    assert ctx["cached_tokens"] >= ctx["prompt_tokens"] // 2, ctx  # the stable head was there already
+    assert ctx["kv_bytes"] and ctx["kv_bytes"] > 0
+    baseline = await ask(nats_client, subject, json.dumps({**request, "mode": "baseline"}).encode())
+    assert "error" not in baseline and (baseline["context"]["cached_tokens"] or 0) < ctx["cached_tokens"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from indexer.parsing import ParsedFile
 from indexer.summaries import header_line_range
 from indexer.symbols import FileSymbols, Symbol
-from workers.context.line_tokens import exact_counter
+from workers.context.line_tokens import exact_counter, take_while_fits
 from workers.context.packing import Piece, TokenCounter
 
 # Share of the enclosing block's budget given to the code after the cursor when it must be cut.
@@ -45,20 +45,9 @@ def _take_lines_backward(
 ) -> tuple[int, str, int]:
     """Lines ending at the cursor, going up while they fit. Returns (start line, text, tokens)."""
     head = parsed.text(parsed.line_byte(cursor_line), cursor_byte)
-    tokens = count_tokens(head)
-    chunks = [head]
-    start = cursor_line
-    line = cursor_line - 1
-    while line >= first_line:
-        text = parsed.lines_text(line, line)
-        t = count_tokens(text)
-        if tokens + t > budget:
-            break
-        chunks.append(text)
-        tokens += t
-        start = line
-        line -= 1
-    return start, "".join(reversed(chunks)), tokens
+    above = (parsed.lines_text(line, line) for line in range(cursor_line - 1, first_line - 1, -1))
+    taken, tokens, _ = take_while_fits(above, budget, count_tokens(head), count_tokens)
+    return cursor_line - len(taken), "".join(reversed(taken)) + head, tokens
 
 
 def _take_lines_forward(
@@ -69,19 +58,9 @@ def _take_lines_forward(
     tokens = count_tokens(tail)
     if tokens > budget:
         return cursor_line, "", 0
-    chunks = [tail]
-    end = cursor_line
-    line = cursor_line + 1
-    while line <= last_line:
-        text = parsed.lines_text(line, line)
-        t = count_tokens(text)
-        if tokens + t > budget:
-            break
-        chunks.append(text)
-        tokens += t
-        end = line
-        line += 1
-    return end, "".join(chunks), tokens
+    below = (parsed.lines_text(line, line) for line in range(cursor_line + 1, last_line + 1))
+    taken, tokens, _ = take_while_fits(below, budget, tokens, count_tokens)
+    return cursor_line + len(taken), tail + "".join(taken), tokens
 
 
 def find_enclosing(

@@ -16,7 +16,7 @@ import logging
 import random
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from indexer.parsing import ParsedFile
@@ -108,6 +108,20 @@ def line_range_estimator(parsed: ParsedFile, count_tokens: TokenCounter) -> Line
 def warm_line_counts(parsed: ParsedFile, count_tokens: TokenCounter) -> None:
     """Count every line now (an IDE opened the file), so that later versions find them memoised."""
     line_range_estimator(parsed, count_tokens)(0, parsed.line_count - 1)
+
+
+def take_while_fits(texts: Iterable[str], budget: int, used: int,
+                    count_tokens: TokenCounter) -> tuple[list[str], int, bool]:
+    """Lines in walking order (outwards from the cursor) while they fit ``budget`` on top of
+    ``used`` tokens. Returns (lines taken, tokens used in all, whether one was left out)."""
+    taken: list[str] = []
+    for text in texts:
+        cost = count_tokens(text)
+        if used + cost > budget:
+            return taken, used, True
+        taken.append(text)
+        used += cost
+    return taken, used, False
 
 
 def count_by_lines(count_tokens: TokenCounter, text: str) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from workers.context.line_tokens import take_while_fits
+
 PREFIX_SHARE = 0.75
 
 
@@ -60,28 +62,13 @@ def baseline_window(
     prefix_budget = int(budget_tokens * PREFIX_SHARE)
     used_before = count_tokens(before)
     used_after = count_tokens(after)
-    truncated = False
 
-    kept_above: list[str] = []
-    for text_line in reversed(above):
-        cost = count_tokens(text_line)
-        if used_before + cost > prefix_budget:
-            truncated = True
-            break
-        kept_above.append(text_line)
-        used_before += cost
+    kept_above, used_before, cut_above = take_while_fits(reversed(above), prefix_budget, used_before, count_tokens)
     kept_above.reverse()
-
     # The suffix gets what the prefix left over, so a short prefix does not waste budget.
-    suffix_budget = budget_tokens - used_before
-    kept_below: list[str] = []
-    for text_line in below:
-        cost = count_tokens(text_line)
-        if used_after + cost > suffix_budget:
-            truncated = True
-            break
-        kept_below.append(text_line)
-        used_after += cost
+    kept_below, used_after, cut_below = take_while_fits(below, budget_tokens - used_before, used_after,
+                                                        count_tokens)
+    truncated = cut_above or cut_below
 
     return Window(
         prefix="".join(kept_above) + before,
