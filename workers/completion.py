@@ -327,6 +327,7 @@ class CompletionService:
             timeout_ms=self.settings.assembly_timeout_ms,
             fallback=fallback,
             summaries=enabled["summaries"],
+            nearby_first=enabled["nearby_first"],
         )
         report = ContextReport(
             strategy=ctx.strategy,

@@ -51,6 +51,9 @@ DEFAULT_BUDGET_TOKENS = 1024
 # One referenced/edited block may take at most this share of the budget whole; beyond that its
 # summary is used, so that one large helper cannot crowd out every other signature.
 MAX_WHOLE_SHARE = 0.25
+# With the nearby_first feature: the share of the budget the code above the block may take first.
+NEARBY_FIRST_SHARE = 0.6
+TIER_NEARBY_FIRST = 0.5  # right after the enclosing block, before the class header
 # Dropped blocks retried against the real rendered count (each retry renders and counts once).
 SECOND_CHANCE_MAX = 6
 
@@ -139,6 +142,7 @@ def assemble_context(
     exact_file_tokens: bool = False,
     cache: TreeCache | None = None,
     summaries: bool = True,
+    nearby_first: bool = False,
 ) -> AssembledContext:
     """Assemble the in-file context for a cursor at 0-based (line, column) of ``text``.
 
@@ -163,7 +167,7 @@ def assemble_context(
     count_tokens = memoized(count_tokens)
     try:
         result = _assemble(text, path, lang, line, column, count_tokens, budget_tokens, recent_edit_lines,
-                           deadline, cache if cache is not None else TREE_CACHE, summaries)
+                           deadline, cache if cache is not None else TREE_CACHE, summaries, nearby_first)
     except _Timeout:
         return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0, "timeout",
                          f"assembly exceeded {timeout_ms:g} ms", base)
@@ -220,6 +224,7 @@ def _check(deadline: float, timings: dict[str, float], stage: str, t_stage: floa
 def _assemble(
     text: str, path: str, lang: str, line: int, column: int, count_tokens: TokenCounter, budget: int,
     recent_edit_lines: Sequence[tuple[int, int]], deadline: float, cache: TreeCache, summaries: bool = True,
+    nearby_first: bool = False,
 ) -> AssembledContext:
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -264,7 +269,13 @@ def _assemble(
         enc = find_enclosing(table, line, cursor_byte, enclosing_budget, count_tokens, lang_marker_tokens)
         remaining = budget - enc.tokens - lang_marker_tokens
         candidates = _candidates(table, enc, line, recent_edit_lines)
-        candidates += nearby_candidates(table, enc, estimate_lines, max(0, remaining), lang_marker_tokens)
+        nearby = nearby_candidates(table, enc, estimate_lines,
+                                   max(0, min(remaining, int(budget * NEARBY_FIRST_SHARE) if nearby_first
+                                              else remaining)), lang_marker_tokens)
+        if nearby_first:  # ablation: the window-like code above the block before class head and references
+            for cand in nearby:
+                cand.tier, cand.reason = TIER_NEARBY_FIRST, cand.reason + "; placed first (nearby_first)"
+        candidates += nearby
         if not summaries:  # ablation: a block goes in whole or not at all
             candidates = [c for c in candidates if _drop_summary_forms(c)]
         t = _check(deadline, timings, "candidates", t)
