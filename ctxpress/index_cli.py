@@ -61,10 +61,10 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 
     from indexer.embeddings import EmbeddingError, TritonEmbedder
     from indexer.pipeline import Indexer
-    from indexer.walk import WalkError, repo_root
+    from indexer.walk import WalkError, index_root
 
     try:
-        root = repo_root(args.repo)
+        root = index_root(args.repo)
     except WalkError as exc:
         return _fail(str(exc), 2)
     name = args.name or root.name

@@ -28,7 +28,17 @@ from db.session import engine_for
 from indexer.chunks import Chunk, ChunkingError, FileChunks, chunk_file
 from indexer.embeddings import TritonEmbedder
 from indexer.filters import DEFAULT_MAX_FILE_BYTES
-from indexer.walk import Skipped, SourceFile, changed_paths, classify, head_commit, iter_files, list_paths, repo_root
+from indexer.walk import (
+    Skipped,
+    SourceFile,
+    changed_paths,
+    classify,
+    head_commit,
+    index_root,
+    is_work_tree_root,
+    iter_files,
+    list_paths,
+)
 from serving.embedder import MODEL_ID
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -99,7 +109,7 @@ class Indexer:
     def index_repository(self, root: str | Path, name: str | None = None,
                          progress: Progress | None = None) -> IndexSummary:
         """Index every file of the repository at ``root``; files gone from it leave the index."""
-        top = repo_root(root)
+        top = index_root(root)
         name = name or top.name
         paths = list_paths(top)
         changes: list[FileChange] = []
@@ -115,7 +125,9 @@ class Indexer:
     def index_changed(self, root: str | Path, name: str | None = None,
                       progress: Progress | None = None) -> IndexSummary:
         """Index only what git says changed since the last indexed commit (and the uncommitted work)."""
-        top = repo_root(root)
+        top = index_root(root)
+        if not is_work_tree_root(top) or head_commit(top) is None:  # not git's own: nothing says what changed
+            return self.index_repository(top, name, progress)
         name = name or top.name
         with Session(engine_for(self.database_url)) as session:
             repo = store.find_repository(session, name)

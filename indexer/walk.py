@@ -63,9 +63,46 @@ def repo_root(path: str | Path) -> Path:
     return Path(_git(p, "rev-parse", "--show-toplevel").decode().strip()).resolve()
 
 
+def index_root(path: str | Path) -> Path:
+    """The folder ``ctxpress index PATH`` indexes: the git work tree containing it, or the folder
+    itself when it is in no work tree or one that ignores it (an installed package in a venv),
+    so that its files get paths relative to it, as an IDE inside it would name them."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise WalkError(f"{p} is not a directory")
+    p = p.resolve()
+    try:
+        top = repo_root(p)
+    except WalkError:
+        return p
+    if top != p and subprocess.run(["git", "-C", str(top), "check-ignore", "-q", str(p.relative_to(top))],
+                                   capture_output=True, timeout=30, check=False).returncode == 0:
+        return p
+    return top
+
+
+def is_work_tree_root(root: Path) -> bool:
+    try:
+        return repo_root(root) == root.resolve()
+    except WalkError:
+        return False
+
+
+_WALK_SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", "venv", ".tox", ".mypy_cache"})
+
+
 def list_paths(root: Path) -> list[str]:
-    out = _git(root, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
-    return sorted({p for p in out.decode("utf-8", "surrogateescape").split("\0") if p})
+    """Files to consider: what git lists (tracked and not ignored) at a work tree's root; every file
+    under a folder outside git (hidden and cache folders left out)."""
+    if not is_work_tree_root(root):
+        out = []
+        for folder, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d not in _WALK_SKIP_DIRS and not d.startswith("."))
+            rel = Path(folder).relative_to(root)
+            out += [str(rel / n) if str(rel) != "." else n for n in names]
+        return sorted(out)
+    out_b = _git(root, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    return sorted({p for p in out_b.decode("utf-8", "surrogateescape").split("\0") if p})
 
 
 def classify(path: str, data: bytes, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> SourceFile | Skipped:
@@ -109,7 +146,7 @@ def iter_files(root: Path, paths: list[str], max_bytes: int = DEFAULT_MAX_FILE_B
 
 
 def walk(root: str | Path, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> WalkResult:
-    top = repo_root(root)
+    top = index_root(root)
     result = WalkResult()
     for item in iter_files(top, list_paths(top), max_bytes):
         (result.files if isinstance(item, SourceFile) else result.skipped).append(item)

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 from workers.context.assemble import assemble_context, warm_file
+from workers.context.line_tokens import exact_counter
+from workers.context.packing import memoized
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -87,6 +89,7 @@ def main() -> int:
     settings = get_settings()
     tokenizer = Tokenizer(settings.model_path or ensure_model(TARGET, settings.models_dir))
     count = memoized_counter(tokenizer.count)  # as in the worker
+    exact_counter(memoized(count))  # its one-time self-check, as the worker does at start-up
     rows = []
     for path in args.files:
         row = (bench_typing(path, count, max(1, args.requests // 20), 20, args.budget, args.seed) if args.typing
