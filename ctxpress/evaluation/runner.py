@@ -137,6 +137,8 @@ async def _one(client: CompletionClient, case: Case, cut: str, mode: str, config
         "prompt_tokens": ctx.get("prompt_tokens"),
         "cached_tokens": ctx.get("cached_tokens"),
         "kv_bytes": ctx.get("kv_bytes"),
+        "retrieval_ms": (ctx.get("retrieval") or {}).get("elapsed_ms"),
+        "retrieval_skipped": (ctx.get("retrieval") or {}).get("skipped"),
         "draft_proposed": reply.get("draft_tokens_proposed"),
         "draft_accepted": reply.get("draft_tokens_accepted"),
         "context_tokens": ctx["context_tokens"],
