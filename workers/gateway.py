@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from collections.abc import Callable
 
 import nats
 from nats.aio.msg import Msg
@@ -27,26 +25,6 @@ from workers.sharding import shard_for
 log = logging.getLogger("ctxpress.gateway")
 
 
-# A shard with no worker answering is left out of routing for this long, then tried again.
-DEAD_FOR_S = 10.0
-
-
-class ShardHealth:
-    """Shards recently found without a responder (their files go to the others meanwhile)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._dead_until: dict[int, float] = {}
-        self._clock = clock
-        self.failovers = 0
-
-    def dead(self) -> frozenset[int]:
-        now = self._clock()
-        return frozenset(s for s, until in self._dead_until.items() if until > now)
-
-    def mark_dead(self, shard: int) -> None:
-        self._dead_until[shard] = self._clock() + DEAD_FOR_S
-
-
 def route(data: bytes, shards: int, exclude: frozenset[int] = frozenset()) -> int:
     try:
         head = json.loads(data)
@@ -58,24 +36,23 @@ def route(data: bytes, shards: int, exclude: frozenset[int] = frozenset()) -> in
 async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
     nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-gateway", max_reconnect_attempts=-1)
     tasks: set[asyncio.Task[None]] = set()
-    health = ShardHealth()
 
     async def forward(msg: Msg, base: str) -> None:
-        shard = route(msg.data, settings.shards, health.dead())
+        # Stateless failover: the file's own shard first; if no worker is subscribed there, the
+        # shard the file would have without it (rendezvous hashing: only the dead shard's files
+        # move), once. Nothing to forget when the shard comes back.
+        shard = route(msg.data, settings.shards)
         payload: bytes | None = None
-        for attempt in range(2):  # a dead shard's request is retried once, on the file's next shard
+        for attempt in range(2):
             try:
                 reply = await nc.request(f"{base}.{shard}", msg.data, timeout=settings.triton_timeout_s + 10)
                 payload = reply.data
                 break
             except NoRespondersError:
-                health.mark_dead(shard)
-                retry = route(msg.data, settings.shards, health.dead())
-                log.warning("shard %d has no worker: routing its files elsewhere (%s)", shard,
-                            f"retrying on shard {retry}" if attempt == 0 and retry != shard else "giving up")
+                retry = route(msg.data, settings.shards, frozenset({shard}))
                 if attempt == 1 or retry == shard:
                     break
-                health.failovers += 1
+                log.warning("shard %d has no worker: retrying on shard %d", shard, retry)
                 shard = retry
             except TimeoutError:
                 break  # a slow shard is not a dead one: retrying would only double the work

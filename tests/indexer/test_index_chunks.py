@@ -99,6 +99,8 @@ def test_walk_respects_gitignore_and_says_why_files_are_skipped(tmp_path: Path) 
     assert not any(p.startswith("notes/") for p in indexed | set(skipped))  # .gitignore'd: never even listed
 
 
-def test_walk_refuses_a_folder_outside_git(tmp_path: Path) -> None:
-    with pytest.raises(WalkError, match=r"not a git repository|not a directory"):
-        walk(tmp_path)
+def test_walk_takes_a_folder_outside_git_as_it_is_and_refuses_a_missing_one(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("def f():\n    return 1\n")
+    assert [f.path for f in walk(tmp_path).files] == ["m.py"]
+    with pytest.raises(WalkError, match=r"not a directory"):
+        walk(tmp_path / "missing")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from workers.gateway import DEAD_FOR_S, ShardHealth, route
+from workers.gateway import route
 from workers.sharding import shard_for
 
 pytestmark = pytest.mark.services
@@ -34,17 +34,6 @@ def test_a_dead_shard_moves_only_its_own_files() -> None:
     moved = [f for f in files if before[f] != after[f]]
     assert moved and all(before[f] == 2 for f in moved) and all(after[f] != 2 for f in files)
     assert shard_for("r", "a.py", 2, exclude=frozenset({0, 1})) in (0, 1)  # all dead: still an answer
-
-
-def test_shard_health_forgets_a_dead_shard_after_a_while() -> None:
-    now = [100.0]
-    health = ShardHealth(clock=lambda: now[0])
-    health.mark_dead(1)
-    assert health.dead() == {1}
-    data = json.dumps({"repository": "r", "path": "x.py"}).encode()
-    assert route(data, 2, health.dead()) == 0
-    now[0] += DEAD_FOR_S + 1
-    assert health.dead() == frozenset()
 
 
 async def test_gateway_sends_each_file_to_its_shard(appliance: Any, nats_client: Any) -> None:
