@@ -597,14 +597,10 @@ def extract_symbols(parsed: ParsedFile) -> FileSymbols:
     looks into function bodies, so such an edit cannot add or remove a symbol. Rebuilding costs
     ~15 us per symbol (5-15 ms on a 2,000-5,000-line file), shifting a tenth of that.
     """
-    cached = parsed.derived.get("symbols")
-    if isinstance(cached, FileSymbols):
-        return cached
-    edit = parsed.derived.get(EDIT_KEY)  # the predecessor forgets its own when a successor comes
-    symbols = _shifted_symbols(parsed, *edit) if edit is not None else None
-    table = FileSymbols(parsed=parsed, symbols=symbols if symbols is not None else _Extractor(parsed).run(),
-                        shifted=symbols is not None)
-    parsed.derived["symbols"] = table
+    table = cheap_symbols(parsed)
+    if table is None:
+        table = FileSymbols(parsed=parsed, symbols=_Extractor(parsed).run())
+        parsed.derived["symbols"] = table
     return table
 
 
@@ -684,7 +680,7 @@ def cheap_symbols(parsed: ParsedFile) -> FileSymbols | None:
     cached = parsed.derived.get("symbols")
     if isinstance(cached, FileSymbols):
         return cached
-    edit = parsed.derived.get(EDIT_KEY)
+    edit = parsed.derived.get(EDIT_KEY)  # the predecessor forgets its own when a successor comes
     symbols = _shifted_symbols(parsed, *edit) if edit is not None else None
     if symbols is None:
         return None

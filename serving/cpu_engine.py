@@ -83,7 +83,6 @@ class EngineConfig:
     draft_model_path: Path | None = None
     draft_n_ctx: int = 4096
     speculation: str = "auto"  # default per request: "auto" | "none" | "ngram" | "draft"
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 class _Runner:
@@ -156,13 +155,16 @@ class _Runner:
             b.logits[len(part) - 1] = True
             self.ctx.decode(self.batch)
 
+    def logits(self, i: int) -> np.ndarray:
+        """Logits after position ``i`` of the last batch (-1: its last token); a view, not a copy."""
+        return np.ctypeslib.as_array(self._C.llama_get_logits_ith(self.ctx.ctx, i), shape=(self.n_vocab,))
+
     def argmax(self, i: int) -> int:
-        """Greedy token after position ``i`` of the last batch (-1: its last token)."""
-        logits = np.ctypeslib.as_array(self._C.llama_get_logits_ith(self.ctx.ctx, i), shape=(self.n_vocab,))
-        return int(logits.argmax())
+        """Greedy token after position ``i`` of the last batch."""
+        return int(self.logits(i).argmax())
 
     def sample(self, i: int, temperature: float, rng: np.random.Generator, top_k: int = 40) -> int:
-        logits = np.ctypeslib.as_array(self._C.llama_get_logits_ith(self.ctx.ctx, i), shape=(self.n_vocab,))
+        logits = self.logits(i)
         top = np.argpartition(logits, -top_k)[-top_k:]
         z = logits[top] / max(temperature, 1e-5)
         p = np.exp(z - z.max())
@@ -264,8 +266,7 @@ class LlamaEngine:
             self._decode_into(slot, tokens[keep:], all_logits=False)
             for tok in cont:
                 self._decode_into(slot, [tok], all_logits=False)
-            logits = np.ctypeslib.as_array(r._C.llama_get_logits_ith(r.ctx.ctx, -1), shape=(r.n_vocab,))
-            best = np.partition(logits, -2)[-2:]
+            best = np.partition(r.logits(-1), -2)[-2:]
             return float(abs(best[1] - best[0]))
 
     def status(self) -> dict[str, Any]:

@@ -269,9 +269,8 @@ def _assemble(
         enc = find_enclosing(table, line, cursor_byte, enclosing_budget, count_tokens, lang_marker_tokens)
         remaining = budget - enc.tokens - lang_marker_tokens
         candidates = _candidates(table, enc, line, recent_edit_lines)
-        nearby = nearby_candidates(table, enc, estimate_lines,
-                                   max(0, min(remaining, int(budget * NEARBY_FIRST_SHARE) if nearby_first
-                                              else remaining)), lang_marker_tokens)
+        nearby_budget = min(remaining, int(budget * NEARBY_FIRST_SHARE)) if nearby_first else remaining
+        nearby = nearby_candidates(table, enc, estimate_lines, max(0, nearby_budget), lang_marker_tokens)
         if nearby_first:  # ablation: the window-like code above the block before class head and references
             for cand in nearby:
                 cand.tier, cand.reason = TIER_NEARBY_FIRST, cand.reason + "; placed first (nearby_first)"

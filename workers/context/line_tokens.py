@@ -122,8 +122,3 @@ def take_while_fits(texts: Iterable[str], budget: int, used: int,
         taken.append(text)
         used += cost
     return taken, used, False
-
-
-def count_by_lines(count_tokens: TokenCounter, text: str) -> int:
-    """The same upper-bound estimate for any text: the sum of its lines' (memoised) counts."""
-    return sum(count_tokens(line) for line in text.splitlines(keepends=True))
