@@ -60,8 +60,8 @@ register("summaries", "structured summaries of blocks that do not fit whole (off
 register("retrieval", "cross-file chunks from the repository index (pgvector + lexical, fused)")
 register("prefix_cache", "file-level KV pool: the engine keeps each file's prompt KV (off: one shared context)")
 register("speculative", "speculative decoding, n-gram or draft model chosen per request (off: plain greedy)")
-register("nearby_first", "the code just above the enclosing block before class head, references and imports",
-         default=False)
+register("nearby_first", "the code just above the enclosing block before class head, references and imports")
+register("similar", "lines elsewhere in the file that resemble the code at the cursor (rare shared identifiers)")
 register("suffix_first", "prompt in suffix-prefix-middle order, so the KV of the suffix survives typing",
          default=False)
 register("prewarm", "on file_opened, process the stable part of the file's prompt in the background")

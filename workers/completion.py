@@ -330,6 +330,7 @@ class CompletionService:
             fallback=fallback,
             summaries=enabled["summaries"],
             nearby_first=enabled["nearby_first"],
+            similar=enabled["similar"],
         )
         report = ContextReport(
             strategy=ctx.strategy,

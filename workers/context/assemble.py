@@ -29,9 +29,11 @@ from workers.context.line_tokens import exact_counter, line_range_estimator, war
 from workers.context.nearby import nearby_candidates
 from workers.context.neighbours import neighbour_candidates
 from workers.context.packing import (
+    TIER_REFERENCED,
     Candidate,
     Form,
     TokenCounter,
+    form_tokens,
     memoized,
     merge_duplicates,
     pack,
@@ -39,6 +41,7 @@ from workers.context.packing import (
 )
 from workers.context.recent_edits import recent_edit_candidates
 from workers.context.references import referenced_candidates
+from workers.context.similar import similar_candidates
 from workers.context.window import baseline_window
 
 log = logging.getLogger("ctxpress.context")
@@ -51,9 +54,10 @@ DEFAULT_BUDGET_TOKENS = 1024
 # One referenced/edited block may take at most this share of the budget whole; beyond that its
 # summary is used, so that one large helper cannot crowd out every other signature.
 MAX_WHOLE_SHARE = 0.25
-# With the nearby_first feature: the share of the budget the code above the block may take first.
+# With the nearby_first feature: the share of the budget held back for the code above the block
+# while the class header, references, edits and imports are packed (they keep their order and
+# report, but take whole bodies only from what is left; cheap signatures still fit).
 NEARBY_FIRST_SHARE = 0.6
-TIER_NEARBY_FIRST = 0.5  # right after the enclosing block, before the class header
 # Dropped blocks retried against the real rendered count (each retry renders and counts once).
 SECOND_CHANCE_MAX = 6
 
@@ -142,7 +146,8 @@ def assemble_context(
     exact_file_tokens: bool = False,
     cache: TreeCache | None = None,
     summaries: bool = True,
-    nearby_first: bool = False,
+    nearby_first: bool = True,
+    similar: bool = True,
 ) -> AssembledContext:
     """Assemble the in-file context for a cursor at 0-based (line, column) of ``text``.
 
@@ -167,7 +172,7 @@ def assemble_context(
     count_tokens = memoized(count_tokens)
     try:
         result = _assemble(text, path, lang, line, column, count_tokens, budget_tokens, recent_edit_lines,
-                           deadline, cache if cache is not None else TREE_CACHE, summaries, nearby_first)
+                           deadline, cache if cache is not None else TREE_CACHE, summaries, nearby_first, similar)
     except _Timeout:
         return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0, "timeout",
                          f"assembly exceeded {timeout_ms:g} ms", base)
@@ -224,7 +229,8 @@ def _check(deadline: float, timings: dict[str, float], stage: str, t_stage: floa
 def _assemble(
     text: str, path: str, lang: str, line: int, column: int, count_tokens: TokenCounter, budget: int,
     recent_edit_lines: Sequence[tuple[int, int]], deadline: float, cache: TreeCache, summaries: bool = True,
-    nearby_first: bool = False,
+    nearby_first: bool = True,
+    similar: bool = True,
 ) -> AssembledContext:
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -269,18 +275,27 @@ def _assemble(
         enc = find_enclosing(table, line, cursor_byte, enclosing_budget, count_tokens, lang_marker_tokens)
         remaining = budget - enc.tokens - lang_marker_tokens
         candidates = _candidates(table, enc, line, recent_edit_lines)
-        nearby_budget = min(remaining, int(budget * NEARBY_FIRST_SHARE)) if nearby_first else remaining
-        nearby = nearby_candidates(table, enc, estimate_lines, max(0, nearby_budget), lang_marker_tokens)
-        if nearby_first:  # ablation: the window-like code above the block before class head and references
-            for cand in nearby:
-                cand.tier, cand.reason = TIER_NEARBY_FIRST, cand.reason + "; placed first (nearby_first)"
+        if similar:
+            candidates += similar_candidates(text, line, column, enc.shown_ranges, estimate_lines,
+                                             lang_marker_tokens)
+        nearby = nearby_candidates(table, enc, estimate_lines, max(0, remaining), lang_marker_tokens)
+        reserve = 0
+        if nearby_first and nearby:
+            # Measured on the long-file eval: the window-like lines above the block are worth more
+            # to a small model than whole bodies of helpers; their signatures still go in first.
+            # The reserve never takes the room of the class head's and references' cheapest forms.
+            signatures = sum(form_tokens(c.forms[-1], count_tokens, lang_marker_tokens, estimate_lines)
+                             for c in candidates if c.tier <= TIER_REFERENCED)
+            fits = [f.tokens for f in nearby[0].forms if f.tokens <= int(budget * NEARBY_FIRST_SHARE)]
+            reserve = max(0, min(max(fits, default=0), remaining - signatures))
+            nearby[0].reason += f"; {reserve} tokens held for it (nearby_first)"
         candidates += nearby
         if not summaries:  # ablation: a block goes in whole or not at all
             candidates = [c for c in candidates if _drop_summary_forms(c)]
         t = _check(deadline, timings, "candidates", t)
         result = pack(candidates, max(0, remaining), count_tokens, lang_marker_tokens,
                       max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges,
-                      estimate_lines=estimate_lines)
+                      estimate_lines=estimate_lines, reserve=reserve)
         chosen, dropped = result.chosen, result.dropped
         # Token counts of pieces are not exactly additive (merges across boundaries, markers):
         # count the rendered prompt (exactly, by memoised segments: see line_tokens) and shed the

@@ -66,6 +66,22 @@ def _starts(table: FileSymbols, enc: Enclosing, top: int) -> list[tuple[int, Sym
         for i in range(top - 1, low - 1, -1):
             if not blank(i) and (i == floor or blank(i - 1)):
                 out[i] = None
+    if parent is not None:
+        # Past the class head: the class from its first line (decorators included), then what
+        # precedes the class (a short class's code above it is what a window would show next:
+        # the sibling class, often written the same way).
+        cls = table.symbols[parent]
+        outer_low = top - MAX_LINES
+        if cls.start_line >= outer_low:
+            out[cls.start_line] = None
+            outer = [s for s in table.symbols
+                     if s.parent == cls.parent and s.end_line < cls.start_line and s.start_line >= outer_low]
+            for sib in outer:
+                out.setdefault(sib.start_line, None)
+            for sib in sorted(outer, key=lambda s: -s.end_line)[:1]:
+                for line in _body_statement_lines(table, sib):
+                    if outer_low <= line < cls.start_line:
+                        out.setdefault(line, sib)
     return sorted(out.items(), key=lambda item: -item[0])
 
 
@@ -101,5 +117,5 @@ def nearby_candidates(
     return [Candidate(
         kind="nearby", name=f"lines above {enc.name}", start_line=first, end_line=top - 1,
         tier=TIER_NEARBY, rank=0, reason="code just above the enclosing block, verbatim (the file's own idioms)",
-        forms=forms, key="nearby",
+        forms=forms, key="nearby", share_capped=False,
     )]

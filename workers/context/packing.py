@@ -29,6 +29,8 @@ TIER_CLASS_HEADER = 1
 TIER_REFERENCED = 2
 TIER_RECENT_EDIT = 3
 TIER_IMPORTS = 4
+# Lines elsewhere in the file that resemble the cursor's (see similar.py).
+TIER_SIMILAR = 3.5
 TIER_NEARBY = 5
 TIER_NEIGHBOURS = 6
 
@@ -114,6 +116,9 @@ class Candidate:
     key: str = ""  # de-duplication key (a symbol index); empty: never merged
     chosen: Form | None = None
     drop_reason: str = ""
+    # Subject to the one-block share of the budget (MAX_WHOLE_SHARE); the nearby lines are not:
+    # they are the budget's filler, a run of the file's own lines grown step by step.
+    share_capped: bool = True
 
     @property
     def priority(self) -> tuple[int, float]:
@@ -176,8 +181,11 @@ def pack(
     max_whole_tokens: int,
     shown: list[tuple[int, int]] | None = None,
     estimate_lines: Callable[[int, int], int] | None = None,
+    reserve: int = 0,
 ) -> PackResult:
-    """One pass in priority order; ``shown``: line ranges already in the prompt (the enclosing block)."""
+    """One pass in priority order; ``shown``: line ranges already in the prompt (the enclosing block).
+    ``reserve``: tokens that candidates before the nearby tier (recent edits excepted) may not use:
+    held for the nearby lines."""
     remaining = budget
     chosen: list[Candidate] = []
     dropped: list[Candidate] = []
@@ -190,14 +198,14 @@ def pack(
         cost = 0
         for i, form in enumerate(cand.forms):
             is_last = i == len(cand.forms) - 1
-            if form.name == "whole" and not is_last and (
+            if form.name == "whole" and not is_last and cand.share_capped and (
                 sum(len(p.text) for p in form.pieces) > max_whole_tokens * MAX_CHARS_PER_TOKEN
             ):
                 continue  # obviously too big: do not even pay for counting it
             cost = _cost(form, count_tokens, marker_tokens, shown, estimate_lines)
-            if form.name == "whole" and cost > max_whole_tokens and not is_last:
+            if form.name == "whole" and cost > max_whole_tokens and not is_last and cand.share_capped:
                 continue  # a huge block is worth more as a signature than as a budget hog
-            if cost <= remaining:
+            if cost <= remaining - (reserve if _holds_back(cand.tier) else 0):
                 picked = form
                 break
         if picked is None:
@@ -210,6 +218,12 @@ def pack(
         verbatim_shown.extend((p.start_line, p.end_line) for p in picked.pieces if p.verbatim)
         chosen.append(cand)
     return PackResult(chosen=chosen, dropped=dropped, tokens=budget - remaining)
+
+
+def _holds_back(tier: float) -> bool:
+    """Does the nearby reserve apply to this tier? Not to recent edits: the user's own current work
+    outranks the file's idioms."""
+    return tier < TIER_NEARBY and tier != TIER_RECENT_EDIT
 
 
 def _covered(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:

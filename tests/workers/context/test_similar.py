@@ -1,0 +1,74 @@
+"""Similar lines: code elsewhere in the file that shares the cursor's rare identifiers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workers.context.assemble import assemble_context
+from workers.context.similar import MAX_SNIPPETS, similar_candidates
+
+Counter = Callable[[str], int]
+
+
+def _filler(n: int) -> str:
+    return "".join(f"def filler_{i}(x):\n    return x + {i}\n\n\n" for i in range(n))
+
+
+SOURCE = (
+    "def reflect(conn, schema):\n"
+    "    rows = conn.get_multi_columns(\n"
+    "        schema=schema,\n"
+    "        info_cache=self.info_cache,\n"
+    "        filter_names=names,\n"
+    "    )\n"
+    "    return rows\n\n\n"
+    + _filler(120)
+    + "def reflect_again(conn, schema):\n"
+    "    rows = conn.get_multi_columns(\n"
+    "        schema=schema,\n"
+    "        "
+)
+
+
+def _cursor(text: str) -> tuple[int, int]:
+    lines = text.split("\n")
+    return len(lines) - 1, len(lines[-1])
+
+
+def _estimate(a: int, b: int) -> int:
+    return 8 * (b - a + 1)
+
+
+def test_far_away_lines_sharing_rare_identifiers_are_found() -> None:
+    line, column = _cursor(SOURCE)
+    found = similar_candidates(SOURCE, line, column, [(line - 2, line)], _estimate, 5)
+    assert found, "the first call of get_multi_columns should be found"
+    first = found[0]
+    assert first.start_line <= 3 <= first.end_line  # the info_cache= line, right after the match
+    assert "info_cache=self.info_cache," in first.forms[0].pieces[0].text
+    assert "rare identifiers" in first.reason
+    assert len(found) <= MAX_SNIPPETS
+    # No excerpt repeats the lines already shown or another excerpt.
+    ranges = sorted((c.start_line, c.end_line) for c in found)
+    assert all(b < line - 2 or a > line for a, b in ranges)
+    assert all(ranges[i][1] < ranges[i + 1][0] for i in range(len(ranges) - 1))
+
+
+def test_common_words_alone_find_nothing() -> None:
+    text = _filler(50) + "def f(x):\n    return x"
+    line, column = _cursor(text)
+    assert similar_candidates(text, line, column, [(line - 1, line)], _estimate, 5) == []
+
+
+def test_assembled_prompt_shows_the_similar_call_and_the_feature_switches_it_off(count_tokens: Counter) -> None:
+    line, column = _cursor(SOURCE)
+    on = assemble_context(SOURCE, "reflect.py", line, column, count_tokens=count_tokens, budget_tokens=400,
+                          timeout_ms=2000)
+    assert on.strategy == "ast"
+    assert "info_cache=self.info_cache," in on.prefix
+    assert any(b.kind == "similar" for b in on.blocks)
+    assert on.context_tokens <= 400
+    off = assemble_context(SOURCE, "reflect.py", line, column, count_tokens=count_tokens, budget_tokens=400,
+                           timeout_ms=2000, similar=False)
+    assert not any(b.kind == "similar" for b in off.blocks)
+    assert "info_cache=self.info_cache," not in off.prefix

@@ -1,0 +1,181 @@
+"""Lines elsewhere in the file that look like the code at the cursor, verbatim.
+
+Code repeats itself: the overloads of one function, the same keyword arguments passed at
+every call of a helper, a dispatch table's next entry. A window shows such lines only when
+they happen to be near the cursor; this source finds them anywhere in the file. The query is
+the identifiers of the cursor line (up to the cursor) and of the few lines above it, weighted
+by rarity in the file (an inverse document frequency over lines, as BM25 does), so ``self``
+and ``return`` count for little and ``info_cache`` for much. Each match brings the lines
+around it (the line after a match is often the very line being typed).
+
+Cheap by construction: the query's words are found by the regex engine over the whole text,
+and scoring touches only lines that share a word with the query.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from bisect import bisect_right
+from collections import OrderedDict
+
+from workers.context.line_tokens import LineRangeTokens
+from workers.context.packing import TIER_SIMILAR, Candidate, Form, Piece
+
+# Non-blank lines above the cursor line that join the query (the cursor line counts double).
+QUERY_LINES = 3
+CURSOR_LINE_WEIGHT = 2.0
+# A match brings this many lines before and after it.
+LINES_BEFORE = 2
+LINES_AFTER = 3
+MAX_SNIPPETS = 4
+# A word on at most 1/RARE_LINES_DIVISOR of the file's lines is rare (a match needs one).
+RARE_LINES_DIVISOR = 20
+# Only the rarest query words are looked up (they carry almost all of the score).
+MAX_QUERY_WORDS = 12
+# A line must share this share of the query's weight to be offered (below it, matches are
+# mostly on common words and cost more budget than they bring).
+MIN_SCORE_SHARE = 0.4
+# Query identifiers shorter than this carry no signal (i, x, db).
+MIN_IDENT_CHARS = 2
+
+_NEWLINE = re.compile(r"\n")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _occurrences(text: str, word: str) -> list[int]:
+    """Offsets of ``word`` as a whole identifier (str.find is a fast substring search; a regex
+    with a look-behind would try every offset of the text)."""
+    out: list[int] = []
+    find = text.find
+    size = len(word)
+    pos = find(word)
+    while pos != -1:
+        end = pos + size
+        if (pos == 0 or not _is_ident_char(text[pos - 1])) and (end == len(text) or not _is_ident_char(text[end])):
+            out.append(pos)
+        pos = find(word, end)
+    return out
+
+
+def _is_ident_char(ch: str) -> bool:
+    return ch == "_" or ch.isalnum()
+
+
+class _LineIdents:
+    """Identifier sets of lines, memoised by text (a one-line edit leaves the others cached)."""
+
+    def __init__(self, max_entries: int = 400_000) -> None:
+        self._memo: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._max = max_entries
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str) -> frozenset[str]:
+        hit = self._memo.get(line)
+        if hit is not None:
+            return hit
+        idents = frozenset(w for w in _IDENT.findall(line) if len(w) >= MIN_IDENT_CHARS)
+        with self._lock:
+            self._memo[line] = idents
+            if len(self._memo) > self._max:
+                self._memo.popitem(last=False)
+        return idents
+
+
+LINE_IDENTS = _LineIdents()
+
+
+def _query(file_lines: list[str], line: int, column: int) -> tuple[dict[str, float], set[int]]:
+    """Weighted query words, and the lines they come from (never matches of themselves)."""
+    weights: dict[str, float] = {}
+    used = {line}
+    for word in LINE_IDENTS(file_lines[line][:column]):
+        weights[word] = CURSOR_LINE_WEIGHT
+    taken = 0
+    i = line - 1
+    while i >= 0 and taken < QUERY_LINES:
+        if file_lines[i].strip():
+            for word in LINE_IDENTS(file_lines[i]):
+                weights.setdefault(word, 1.0)
+            used.add(i)
+            taken += 1
+        i -= 1
+    return weights, used
+
+
+def similar_candidates(
+    text: str,
+    line: int,
+    column: int,
+    shown: list[tuple[int, int]],
+    estimate_lines: LineRangeTokens,
+    marker_tokens: int,
+) -> list[Candidate]:
+    """Up to ``MAX_SNIPPETS`` excerpts around the lines most like the cursor's, outside ``shown``."""
+    # Lines as the parser and the IDE number them: split at "\n" only.
+    starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]
+    n = len(starts)
+    if line >= n:
+        return []
+    starts.append(len(text) + 1)
+    file_lines = text.split("\n")
+    query, query_lines = _query(file_lines, line, column)
+    if not query:
+        return []
+    # Where the query's rarest words occur. Substring counts (fast) pick them; a word on more than
+    # a third of the lines says little about similarity and is not looked up.
+    counts = {w: text.count(w) for w in query}
+    rare = sorted((c, w) for w, c in counts.items() if 0 < c <= n // 3)[:MAX_QUERY_WORDS]
+    lines_of: dict[str, set[int]] = {}
+    for _count, word in rare:
+        found = {bisect_right(starts, pos) - 1 for pos in _occurrences(text, word)}
+        if found:
+            lines_of[word] = found
+    if not lines_of:
+        return []
+    idf = {w: math.log(1.0 + n / (1 + len(found))) for w, found in lines_of.items()}
+    # The most a line could score: common words count at their (small) idf as if looked up.
+    best = sum(query[w] * idf.get(w, math.log(1.0 + n / (1 + counts[w]))) for w in query if counts[w])
+    scores: dict[int, float] = {}
+    for w, found in lines_of.items():
+        weight = query[w] * idf[w]
+        for i in found:
+            scores[i] = scores.get(i, 0.0) + weight
+
+    def inside_shown(i: int) -> bool:
+        return any(a <= i <= b for a, b in shown)
+
+    # A line must share at least one rare word: matches on common words alone are noise.
+    rare_lines = {i for w, found in lines_of.items() if len(found) <= n // RARE_LINES_DIVISOR for i in found}
+    scored = sorted(((score / best, i) for i, score in scores.items()
+                     if i in rare_lines and i not in query_lines and not inside_shown(i)), reverse=True)
+    out: list[Candidate] = []
+    taken: list[tuple[int, int]] = list(shown)
+    for share, anchor in scored:
+        if share < MIN_SCORE_SHARE or len(out) >= MAX_SNIPPETS:
+            break
+        start, end = max(0, anchor - LINES_BEFORE), min(n - 1, anchor + LINES_AFTER)
+        # Never repeat what is shown already (the enclosing block, an earlier match).
+        for a, b in taken:
+            if a <= anchor <= b:
+                start = -1
+                break
+            if b < anchor and b >= start:
+                start = b + 1
+            if a > anchor and a <= end:
+                end = a - 1
+        if start < 0 or start > end:
+            continue
+        while start < anchor and not file_lines[start].strip():
+            start += 1
+        excerpt = text[starts[start]:starts[end + 1] - 1] + "\n"
+        tokens = estimate_lines(start, end) + marker_tokens
+        out.append(Candidate(
+            kind="similar", name=f"lines {start + 1}-{end + 1}", start_line=start, end_line=end,
+            tier=TIER_SIMILAR, rank=len(out),
+            reason=f"resembles the code at the cursor (line {anchor + 1} shares {share:.0%} of its rare identifiers)",
+            forms=[Form("whole", [Piece(start, end, excerpt, verbatim=True)], tokens=tokens)],
+        ))
+        taken.append((start, end))
+    return out
