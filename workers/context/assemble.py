@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from indexer.parsing import TREE_CACHE, TreeCache, detect_language, is_supported, normalize_language
 from indexer.summaries import elision_marker
 from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols, has_wide_error
+from workers.context.blocks import summary_piece
 from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
 from workers.context.imports import import_candidates
@@ -264,6 +265,10 @@ def _assemble(
     lang_marker_tokens = count_tokens(elision_marker(lang, 999, 1099, "    "))
     estimate_lines = line_range_estimator(parsed, count_tokens)
     exact = exact_counter(count_tokens)
+    # Blocks' forms are counted by memoised segments too: a long one (an import list's summary
+    # runs to thousands of characters) is past the whole-text memo's size limit and would be
+    # tokenized again at every request.
+    count_forms = exact
 
     def prompt_tokens(prefix: str, suffix: str) -> int:
         return exact(prefix) + exact(suffix)
@@ -284,7 +289,7 @@ def _assemble(
             # Measured on the long-file eval: the window-like lines above the block are worth more
             # to a small model than whole bodies of helpers; their signatures still go in first.
             # The reserve never takes the room of the class head's and references' cheapest forms.
-            signatures = sum(form_tokens(c.forms[-1], count_tokens, lang_marker_tokens, estimate_lines)
+            signatures = sum(form_tokens(c.forms[-1], count_forms, lang_marker_tokens, estimate_lines)
                              for c in candidates if c.tier <= TIER_REFERENCED)
             fits = [f.tokens for f in nearby[0].forms if f.tokens <= int(budget * NEARBY_FIRST_SHARE)]
             reserve = max(0, min(max(fits, default=0), remaining - signatures))
@@ -293,7 +298,7 @@ def _assemble(
         if not summaries:  # ablation: a block goes in whole or not at all
             candidates = [c for c in candidates if _drop_summary_forms(c)]
         t = _check(deadline, timings, "candidates", t)
-        result = pack(candidates, max(0, remaining), count_tokens, lang_marker_tokens,
+        result = pack(candidates, max(0, remaining), count_forms, lang_marker_tokens,
                       max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges,
                       estimate_lines=estimate_lines, reserve=reserve)
         chosen, dropped = result.chosen, result.dropped
@@ -358,9 +363,17 @@ def warm_file(
     if is_supported(lang):
         assert lang is not None
         parsed = (cache if cache is not None else TREE_CACHE).get(path, text, lang)
-        extract_symbols(parsed)
+        table = extract_symbols(parsed)
         if count_tokens is not None:
-            warm_line_counts(parsed, memoized(count_tokens))
+            counter = memoized(count_tokens)
+            warm_line_counts(parsed, counter)
+            # Every block's summary, counted now, is a memo hit in the first request's packing.
+            exact = exact_counter(counter)
+            for sym in table.symbols:
+                piece = summary_piece(parsed, sym)
+                exact(piece.text)
+                if piece.open_text is not None:
+                    exact(piece.open_text)
     return (time.perf_counter() - t0) * 1000.0
 
 
