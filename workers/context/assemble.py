@@ -264,11 +264,10 @@ def _assemble(
     cursor_byte = parsed.cursor_byte(line, column)
     lang_marker_tokens = count_tokens(elision_marker(lang, 999, 1099, "    "))
     estimate_lines = line_range_estimator(parsed, count_tokens)
+    # Blocks' forms are counted by memoised segments too (``exact`` below, in packing): a long one
+    # (an import list's summary runs to thousands of characters) is past the whole-text memo's
+    # size limit and would be tokenized again at every request.
     exact = exact_counter(count_tokens)
-    # Blocks' forms are counted by memoised segments too: a long one (an import list's summary
-    # runs to thousands of characters) is past the whole-text memo's size limit and would be
-    # tokenized again at every request.
-    count_forms = exact
 
     def prompt_tokens(prefix: str, suffix: str) -> int:
         return exact(prefix) + exact(suffix)
@@ -289,7 +288,7 @@ def _assemble(
             # Measured on the long-file eval: the window-like lines above the block are worth more
             # to a small model than whole bodies of helpers; their signatures still go in first.
             # The reserve never takes the room of the class head's and references' cheapest forms.
-            signatures = sum(form_tokens(c.forms[-1], count_forms, lang_marker_tokens, estimate_lines)
+            signatures = sum(form_tokens(c.forms[-1], exact, lang_marker_tokens, estimate_lines)
                              for c in candidates if c.tier <= TIER_REFERENCED)
             fits = [f.tokens for f in nearby[0].forms if f.tokens <= int(budget * NEARBY_FIRST_SHARE)]
             reserve = max(0, min(max(fits, default=0), remaining - signatures))
@@ -298,7 +297,7 @@ def _assemble(
         if not summaries:  # ablation: a block goes in whole or not at all
             candidates = [c for c in candidates if _drop_summary_forms(c)]
         t = _check(deadline, timings, "candidates", t)
-        result = pack(candidates, max(0, remaining), count_forms, lang_marker_tokens,
+        result = pack(candidates, max(0, remaining), exact, lang_marker_tokens,
                       max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges,
                       estimate_lines=estimate_lines, reserve=reserve)
         chosen, dropped = result.chosen, result.dropped

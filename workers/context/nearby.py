@@ -78,10 +78,11 @@ def _starts(table: FileSymbols, enc: Enclosing, top: int) -> list[tuple[int, Sym
                      if s.parent == cls.parent and s.end_line < cls.start_line and s.start_line >= outer_low]
             for sib in outer:
                 out.setdefault(sib.start_line, None)
-            for sib in sorted(outer, key=lambda s: -s.end_line)[:1]:
-                for line in _body_statement_lines(table, sib):
+            nearest = max(outer, key=lambda s: s.end_line, default=None)
+            if nearest is not None:
+                for line in _body_statement_lines(table, nearest):
                     if outer_low <= line < cls.start_line:
-                        out.setdefault(line, sib)
+                        out.setdefault(line, nearest)
     return sorted(out.items(), key=lambda item: -item[0])
 
 

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 from bisect import bisect_right
-from collections import OrderedDict
+from collections.abc import Callable
 
 from workers.context.line_tokens import LineRangeTokens
 from workers.context.packing import TIER_SIMILAR, Candidate, Form, Piece
@@ -39,7 +38,7 @@ MAX_QUERY_WORDS = 12
 # A line must share this share of the query's weight to be offered (below it, matches are
 # mostly on common words and cost more budget than they bring).
 MIN_SCORE_SHARE = 0.4
-# Query identifiers shorter than this carry no signal (i, x, db).
+# Query identifiers shorter than this carry no signal (i, x, n).
 MIN_IDENT_CHARS = 2
 
 _NEWLINE = re.compile(r"\n")
@@ -65,40 +64,21 @@ def _is_ident_char(ch: str) -> bool:
     return ch == "_" or ch.isalnum()
 
 
-class _LineIdents:
-    """Identifier sets of lines, memoised by text (a one-line edit leaves the others cached)."""
-
-    def __init__(self, max_entries: int = 400_000) -> None:
-        self._memo: OrderedDict[str, frozenset[str]] = OrderedDict()
-        self._max = max_entries
-        self._lock = threading.Lock()
-
-    def __call__(self, line: str) -> frozenset[str]:
-        hit = self._memo.get(line)
-        if hit is not None:
-            return hit
-        idents = frozenset(w for w in _IDENT.findall(line) if len(w) >= MIN_IDENT_CHARS)
-        with self._lock:
-            self._memo[line] = idents
-            if len(self._memo) > self._max:
-                self._memo.popitem(last=False)
-        return idents
+def _idents(line: str) -> set[str]:
+    return {w for w in _IDENT.findall(line) if len(w) >= MIN_IDENT_CHARS}
 
 
-LINE_IDENTS = _LineIdents()
-
-
-def _query(file_lines: list[str], line: int, column: int) -> tuple[dict[str, float], set[int]]:
+def _query(line_text: Callable[[int], str], line: int, column: int) -> tuple[dict[str, float], set[int]]:
     """Weighted query words, and the lines they come from (never matches of themselves)."""
     weights: dict[str, float] = {}
     used = {line}
-    for word in LINE_IDENTS(file_lines[line][:column]):
+    for word in _idents(line_text(line)[:column]):
         weights[word] = CURSOR_LINE_WEIGHT
     taken = 0
     i = line - 1
     while i >= 0 and taken < QUERY_LINES:
-        if file_lines[i].strip():
-            for word in LINE_IDENTS(file_lines[i]):
+        if line_text(i).strip():
+            for word in _idents(line_text(i)):
                 weights.setdefault(word, 1.0)
             used.add(i)
             taken += 1
@@ -121,8 +101,11 @@ def similar_candidates(
     if line >= n:
         return []
     starts.append(len(text) + 1)
-    file_lines = text.split("\n")
-    query, query_lines = _query(file_lines, line, column)
+
+    def line_text(i: int) -> str:
+        return text[starts[i]:starts[i + 1] - 1]
+
+    query, query_lines = _query(line_text, line, column)
     if not query:
         return []
     # Where the query's rarest words occur. Substring counts (fast) pick them; a word on more than
@@ -169,7 +152,7 @@ def similar_candidates(
                 end = a - 1
         if start < 0 or start > end:
             continue
-        while start < anchor and not file_lines[start].strip():
+        while start < anchor and not line_text(start).strip():
             start += 1
         excerpt = text[starts[start]:starts[end + 1] - 1] + "\n"
         tokens = estimate_lines(start, end) + marker_tokens
