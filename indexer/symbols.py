@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from tree_sitter import Node, Query, QueryCursor
 
-from indexer.parsing import EDIT_KEY, ParsedFile
+from indexer.parsing import EDIT_KEY, LINE_COMMENT, ParsedFile
 
 FUNCTION_KINDS: frozenset[str] = frozenset({"function", "method", "constructor"})
 CLASS_KINDS: frozenset[str] = frozenset(
@@ -612,6 +612,8 @@ def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_e
     table = previous.derived.get("symbols")
     if not isinstance(table, FileSymbols):
         return None
+    if start == old_end == new_end and parsed.tree is previous.tree:
+        return list(table.symbols)  # only the blanked cursor line's text changed (TreeCache.get)
     inside = [s for s in table.symbols if not s.is_container and s.body_start_byte is not None
               and s.body_end_byte is not None and s.body_start_byte < start and old_end <= s.body_end_byte]
     if not inside:
@@ -619,20 +621,24 @@ def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_e
     fn = min(inside, key=lambda s: s.end_byte - s.start_byte)
     delta = new_end - old_end
     root = parsed.tree.root_node
-    # The function must still be one node of the same type spanning the shifted range...
-    node = root.descendant_for_byte_range(fn.decl_start_byte, fn.end_byte + delta)
-    if node is None or node.type != fn.node_type or node.start_byte != fn.decl_start_byte or (
-        node.end_byte != fn.end_byte + delta
-    ):
+    # The function must still be one node of the same type spanning the shifted range (up to
+    # trailing blanks: a blanked last line, see TreeCache.get, ends in spaces the node leaves out)...
+    end = fn.end_byte + delta
+    tree_bytes = parsed.parsed_bytes
+    while end > fn.decl_start_byte and tree_bytes[end - 1] in b" \t":
+        end -= 1
+    node = root.descendant_for_byte_range(fn.decl_start_byte, end)
+    if node is None or node.type != fn.node_type or node.start_byte != fn.decl_start_byte or node.end_byte != end:
         return None
     # ...with no parse error outside it,
-    if root.has_error and _has_error_outside(parsed, fn.decl_start_byte, fn.end_byte + delta):
+    if root.has_error and _has_error_outside(parsed, fn.decl_start_byte, end):
         return None
     # ...and (Python) the edit after the docstring, which is part of the symbol.
     if parsed.language == "python":
         body = previous.tree.root_node.descendant_for_byte_range(fn.body_start_byte, fn.body_end_byte)
         first = body.named_child(0) if body is not None and body.named_child_count else None
-        if first is None or (_py_docstring(body, previous.source) is not None and start <= first.end_byte):
+        if first is None or (_py_docstring(body, previous.source) is not None and start <= first.end_byte
+                             and not _after_doc_line(previous.source, first, start, old_end)):
             return None
     old_src, new_src = previous.source, parsed.source
     line_delta = new_src.count(b"\n", start, new_end) - old_src.count(b"\n", start, old_end)
@@ -655,6 +661,20 @@ def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_e
     return out
 
 
+def _after_doc_line(src: bytes, docstring: Node, start: int, old_end: int) -> bool:
+    """Is an edit of bytes start..old_end inside the docstring, after the line the symbol's doc
+    comes from and before its closing quotes (so the doc stays what it was)?"""
+    line_start = docstring.start_byte
+    while line_start < docstring.end_byte:
+        line_end = src.find(b"\n", line_start, docstring.end_byte)
+        if line_end == -1:
+            return False  # the doc line is the last one: the edit touches it or the quotes
+        if _doc_line(src[line_start:line_end].decode("utf-8", "replace")):
+            return line_end < start and old_end < docstring.end_byte - 3
+        line_start = line_end + 1
+    return False
+
+
 def _has_error_outside(parsed: ParsedFile, start: int, end: int) -> bool:
     """Any parse error outside the node spanning start..end? Walks down the path to that node,
     checking the siblings' has_error flags (a few hundred nodes, not the whole tree)."""
@@ -674,13 +694,16 @@ def _has_error_outside(parsed: ParsedFile, start: int, end: int) -> bool:
         node = inner
 
 
-def cheap_symbols(parsed: ParsedFile) -> FileSymbols | None:
+def cheap_symbols(parsed: ParsedFile, _depth: int = 0) -> FileSymbols | None:
     """The symbol table when it is known or can be shifted from the previous version's, else None
     (the caller decides whether a full extraction is worth it)."""
     cached = parsed.derived.get("symbols")
     if isinstance(cached, FileSymbols):
         return cached
     edit = parsed.derived.get(EDIT_KEY)  # the predecessor forgets its own when a successor comes
+    if edit is not None and _depth < 2 and "symbols" not in edit[0].derived:
+        # A halfway version (two separate edits parsed one after the other) shifts first.
+        cheap_symbols(edit[0], _depth + 1)
     symbols = _shifted_symbols(parsed, *edit) if edit is not None else None
     if symbols is None:
         return None
@@ -778,6 +801,30 @@ def references_in_range(parsed: ParsedFile, start_byte: int, end_byte: int) -> l
                     continue  # a property name in a declaration/object literal, not a use
             out.append(Reference(name, node.start_byte, node.start_point.row, receiver, is_member))
     out.sort(key=lambda r: r.byte)
+    return out
+
+
+_LINE_STRING = re.compile(r"""(["'`])(?:\\.|(?!\1).)*\1?""")
+_LINE_NAME = re.compile(r"[A-Za-z_]\w*")
+_RECEIVER = re.compile(r"([A-Za-z_]\w*|\S)\s*(\.|->|::)\s*$")
+
+
+def line_references(parsed: ParsedFile, line: int) -> list[Reference]:
+    """Identifier uses on a line the tree does not hold (the blanked cursor line, see
+    TreeCache.get), read from its text: strings are skipped, ``a.b``/``a->b``/``a::b`` give
+    ``b`` with receiver ``a``. Half-typed code has no reliable tree there anyway."""
+    start = parsed.line_byte(line)
+    code = parsed.text(start, parsed.line_end_byte(line))
+    comment = LINE_COMMENT.get(parsed.language)
+    code = _LINE_STRING.sub(lambda m: " " * len(m.group(0)), code)
+    if comment and comment in code:
+        code = code[: code.index(comment)]
+    out: list[Reference] = []
+    for m in _LINE_NAME.finditer(code):
+        accessed = _RECEIVER.search(code, 0, m.start())
+        receiver = accessed.group(1) if accessed is not None else None
+        byte = start + len(code[: m.start()].encode("utf-8"))
+        out.append(Reference(m.group(0), byte, line, receiver, receiver is not None))
     return out
 
 

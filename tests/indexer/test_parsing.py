@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from indexer.parsing import TreeCache, detect_language, get_parser, is_supported, parse_text
+from indexer.symbols import cheap_symbols, extract_symbols
 
 SOURCE = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(300))
 
@@ -68,7 +69,65 @@ def test_cursor_byte_counts_characters_not_bytes() -> None:
 
 def test_blanking_the_cursor_line_recovers_declarations() -> None:
     text = "def a():\n    return 1\n\ndef b():\n    x = foo(\n\ndef c():\n    return 3\n"
-    parsed = parse_text(text, "python")
-    repaired = parsed.with_line_blanked(4)
-    assert repaired.source == parsed.source
-    assert not repaired.tree.root_node.has_error
+    assert parse_text(text, "python").tree.root_node.has_error
+    parsed = TreeCache().get("m.py", text, "python", blank_line=4)
+    assert parsed.source == text.encode()  # the text is the real one, only the tree is not
+    assert parsed.parsed_bytes == text.replace("x = foo(", "_       ").encode()  # same offsets
+    assert not parsed.tree.root_node.has_error
+    symbols = extract_symbols(parsed)
+    assert [s.name for s in symbols.symbols] == ["a", "b", "c"]
+    assert symbols.symbols[1].end_line == 4  # the placeholder keeps b's block reaching the cursor
+
+
+def test_blanked_line_parses_cleanly_in_the_middle_of_a_block() -> None:
+    text = "def b():\n    x = foo(\n    return x\n"
+    parsed = TreeCache().get("m.py", text, "python", blank_line=1)
+    assert parsed.parsed_bytes == b"def b():\n    _       \n    return x\n"
+    assert not parsed.tree.root_node.has_error
+    c_text = "int f(void) {\n    g(\"open\n    return 1;\n}\n"
+    c_parsed = TreeCache().get("m.c", c_text, "c", blank_line=1)
+    assert c_parsed.parsed_bytes == c_text.replace('g("open', "       ").encode()
+    assert not c_parsed.tree.root_node.has_error
+
+
+def test_typing_on_the_blanked_line_keeps_tree_and_symbols() -> None:
+    cache = TreeCache()
+    base = SOURCE.replace("    return x + 7\n", "    return x + 7\n    y = 1\n")
+    line = base.splitlines().index("    y = 1")
+    first = cache.get("m.py", base, "python", blank_line=line)
+    table = extract_symbols(first)
+    second = cache.get("m.py", base.replace("    y = 1\n", "    y = 2\n"), "python", blank_line=line)
+    assert second.tree is first.tree and second.source != first.source
+    shifted = cheap_symbols(second)
+    assert shifted is not None and shifted.symbols == table.symbols
+
+
+def test_two_separate_edits_parse_as_two_small_ones() -> None:
+    cache = TreeCache()
+    opened = cache.get("m.py", SOURCE, "python")
+    extract_symbols(opened)
+    lines = SOURCE.splitlines(keepends=True)
+    # the line typed in before (near the top) and the one typed in now (near the bottom)
+    lines[4] = "    return x + 1000\n"
+    lines[850] = "    return 0\n"
+    edited = "".join(lines)
+    before = cache.incremental_parses
+    parsed = cache.get("m.py", edited, "python")
+    assert cache.incremental_parses - before == 2  # through the version with only the first edit
+    assert str(parsed.tree.root_node) == str(parse_text(edited, "python").tree.root_node)
+    shifted = cheap_symbols(parsed)
+    assert shifted is not None and shifted.shifted
+    assert shifted.symbols == extract_symbols(parse_text(edited, "python")).symbols
+
+
+def test_a_line_inside_brackets_is_blanked_with_spaces() -> None:
+    text = "def b():\n    x = foo(\n        1,\n        2,\n    )\n    return x\n"
+    cache = TreeCache()
+    cache.get("m.py", text, "python")  # opened: the tree says line 2 continues the call
+    typed = text.replace("        1,\n", "        1, ba\n")
+    parsed = cache.get("m.py", typed, "python", blank_line=2)
+    assert parsed.parsed_bytes == typed.replace("        1, ba\n", "             \n").encode()
+    assert not parsed.tree.root_node.has_error
+    # without a previous version the line above decides ("(" or "," ends it)
+    fresh = TreeCache().get("m.py", typed, "python", blank_line=2)
+    assert fresh.parsed_bytes == parsed.parsed_bytes

@@ -52,3 +52,31 @@ def test_edits_that_can_change_the_table_are_rebuilt() -> None:
         parsed = cache.get("s.py", edited, "python")
         assert cheap_symbols(parsed) is None
         assert _fields(extract_symbols(parsed).symbols) == _fields(_Extractor(parsed).run())
+
+
+def test_an_edit_below_the_doc_line_of_a_docstring_shifts() -> None:
+    source = SOURCE.replace('"""Store one value."""', '"""Store one value.\n\n        Details follow.\n        """')
+    cache = TreeCache()
+    extract_symbols(cache.get("s.py", source, "python"))
+    edited = source.replace("Details follow.", "Details follow, and more of them.")
+    parsed = cache.get("s.py", edited, "python")
+    table = cheap_symbols(parsed)
+    assert table is not None and table.shifted
+    assert _fields(table.symbols) == _fields(_Extractor(parsed).run())
+
+
+def test_the_cursor_line_blanked_keeps_the_table_equal_to_a_fresh_one() -> None:
+    cache = TreeCache()
+    extract_symbols(cache.get("s.py", SOURCE, "python"))
+    lines = SOURCE.splitlines(keepends=True)
+    for line, typed in ((8, "        self.items[ke"), (9, "        return val"), (12, "        return self.it")):
+        edited = "".join([*lines[:line], typed + "\n", *lines[line + 1:]])
+        parsed = cache.get("s.py", edited, "python", blank_line=line)
+        table = cheap_symbols(parsed) or extract_symbols(parsed)
+        # Equal but for where a block ending on the blanked line ends within it (the shifted table
+        # keeps the whole line, a fresh tree ends after the placeholder).
+        fresh = _Extractor(parsed).run()
+        assert [dataclasses.replace(s, end_byte=0, body_end_byte=0) for s in table.symbols] == [
+            dataclasses.replace(s, end_byte=0, body_end_byte=0) for s in fresh]
+        assert all(a.end_byte == b.end_byte or a.end_line == line for a, b in zip(table.symbols, fresh, strict=True))
+        assert table.symbols[[s.name for s in table.symbols].index("put" if line < 11 else "get")].end_line >= line

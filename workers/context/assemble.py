@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from indexer.parsing import TREE_CACHE, TreeCache, detect_language, is_supported, normalize_language
 from indexer.summaries import elision_marker
-from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols, has_wide_error
+from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols
 from workers.context.blocks import summary_piece
 from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
@@ -235,26 +235,13 @@ def _assemble(
 ) -> AssembledContext:
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    parsed = cache.get(path, text, lang)
+    # The cursor line is parsed blank: half-typed code there (an open bracket, an unclosed
+    # string) makes tree-sitter's error recovery re-parse and mangle the rest of the file; the
+    # line itself is rendered from the real text, and its identifiers are read from that text.
+    parsed = cache.get(path, text, lang, blank_line=line)
     t = _check(deadline, timings, "parse", t)
     line = max(0, min(line, parsed.line_count - 1))
-    table = cheap_symbols(parsed)
-    if table is None and parsed.tree.root_node.has_error:
-        # The edit broke more than its function (a line cut mid-expression): the file without the
-        # cursor line often has the structure of the previous version again, whose table shifts.
-        repaired_parsed = parsed.with_line_blanked(line)
-        repaired_table = cheap_symbols(repaired_parsed)
-        if repaired_table is not None:
-            table, parsed = repaired_table, repaired_parsed
-    if table is None:
-        table = extract_symbols(parsed)
-    if not table.shifted and parsed.tree.root_node.has_error and has_wide_error(parsed):
-        # Unfinished code on the cursor line can wreck error recovery for the rest of the file:
-        # try the file without that line and keep whichever tree yields more declarations.
-        repaired = extract_symbols(parsed.with_line_blanked(line))
-        if len(repaired.symbols) > len(table.symbols):
-            table = repaired
-            parsed = repaired.parsed
+    table = cheap_symbols(parsed) or extract_symbols(parsed)
     root = parsed.tree.root_node
     # Half-typed code always has error nodes; only a tree with nothing recognisable is a failure.
     if root.has_error and not table.symbols and text.strip():
@@ -280,7 +267,7 @@ def _assemble(
         remaining = budget - enc.tokens - lang_marker_tokens
         candidates = _candidates(table, enc, line, recent_edit_lines)
         if similar:
-            candidates += similar_candidates(text, line, column, enc.shown_ranges, estimate_lines,
+            candidates += similar_candidates(parsed, line, column, enc.shown_ranges, estimate_lines,
                                              lang_marker_tokens)
         nearby = nearby_candidates(table, enc, estimate_lines, max(0, remaining), lang_marker_tokens)
         reserve = 0
@@ -366,8 +353,14 @@ def warm_file(
         if count_tokens is not None:
             counter = memoized(count_tokens)
             warm_line_counts(parsed, counter)
-            # Every block's summary, counted now, is a memo hit in the first request's packing.
+            # Every block's summary, counted now, is a memo hit in the first request's packing;
+            # so is every segment of the file (a line with the blank lines after it), of which
+            # the rendered prompt is made.
             exact = exact_counter(counter)
+            exact(text)
+            for group in import_candidates(table, set(), set()):
+                for piece in group.forms[0].pieces:
+                    exact(piece.text)
             for sym in table.symbols:
                 piece = summary_piece(parsed, sym)
                 exact(piece.text)

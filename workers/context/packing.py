@@ -54,6 +54,8 @@ class MemoCounter:
             return self._count(text)
         with self._lock:
             hit = self._memo.get(text)
+            if hit is not None:
+                self._memo.move_to_end(text)  # least recently used goes first, not oldest
         if hit is not None:
             return hit
         n = self._count(text)

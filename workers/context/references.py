@@ -9,7 +9,7 @@ cursor matters more than one used 200 lines up.
 
 from __future__ import annotations
 
-from indexer.symbols import DECLARATION_KINDS, FileSymbols, Reference, Symbol, references_in_range
+from indexer.symbols import DECLARATION_KINDS, FileSymbols, Reference, Symbol, line_references, references_in_range
 from workers.context.blocks import symbol_candidate
 from workers.context.packing import TIER_REFERENCED, Candidate
 
@@ -101,7 +101,11 @@ def referenced_candidates(
     exclude: set[int] | frozenset[int] = frozenset(),
 ) -> list[Candidate]:
     """Candidates for the symbols used in the byte range ``region``, nearest use first."""
-    refs = references_in_range(table.parsed, region[0], region[1])
+    parsed = table.parsed
+    refs = references_in_range(parsed, region[0], region[1])
+    blanked = parsed.blanked_line
+    if blanked is not None and region[0] <= parsed.line_byte(blanked) < region[1]:
+        refs += line_references(parsed, blanked)  # the cursor line is not in the tree
     hits = resolve(table, refs, enclosing, cursor_line)
     out: list[Candidate] = []
     for index, (dist, uses, first_line) in hits.items():

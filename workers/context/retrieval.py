@@ -39,7 +39,7 @@ from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys
 from indexer.embeddings import AsyncTritonEmbedder, EmbeddingError
 from indexer.parsing import LINE_COMMENT, TREE_CACHE, detect_language, is_supported
-from indexer.symbols import FileSymbols, extract_symbols, references_in_range
+from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols, line_references, references_in_range
 
 log = logging.getLogger("ctxpress.context.retrieval")
 
@@ -114,11 +114,14 @@ def plan_query(path: str, text: str, line: int, language: str | None,
         words = identifier_words(window)
         return QueryPlan(f"{path}\n{window}", words, words, [], [])
     assert language is not None
-    parsed = TREE_CACHE.get(path, text, language)
-    table: FileSymbols = extract_symbols(parsed)
+    # The same version (cursor line parsed blank) as in-file assembly asks for at the same time.
+    parsed = TREE_CACHE.get(path, text, language, blank_line=line)
+    table: FileSymbols = cheap_symbols(parsed) or extract_symbols(parsed)
     start = parsed.line_byte(max(0, line - QUERY_LINES_BEFORE))
     end = parsed.line_end_byte(min(parsed.line_count - 1, line + QUERY_LINES_AFTER))
     refs = references_in_range(parsed, start, end)
+    if parsed.blanked_line is not None:
+        refs = sorted(refs + line_references(parsed, parsed.blanked_line), key=lambda r: r.byte)
     enclosing = table.enclosing_function(line)
     scope_text = parsed.text(enclosing.start_byte, end) if enclosing else window
     local = set(_ASSIGNED.findall(scope_text))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from indexer.parsing import parse_text
 from workers.context.assemble import assemble_context
 from workers.context.similar import MAX_SNIPPETS, similar_candidates
 
@@ -41,7 +42,7 @@ def _estimate(a: int, b: int) -> int:
 
 def test_far_away_lines_sharing_rare_identifiers_are_found() -> None:
     line, column = _cursor(SOURCE)
-    found = similar_candidates(SOURCE, line, column, [(line - 2, line)], _estimate, 5)
+    found = similar_candidates(parse_text(SOURCE, "python"), line, column, [(line - 2, line)], _estimate, 5)
     assert found, "the first call of get_multi_columns should be found"
     first = found[0]
     assert first.start_line <= 3 <= first.end_line  # the info_cache= line, right after the match
@@ -57,7 +58,7 @@ def test_far_away_lines_sharing_rare_identifiers_are_found() -> None:
 def test_common_words_alone_find_nothing() -> None:
     text = _filler(50) + "def f(x):\n    return x"
     line, column = _cursor(text)
-    assert similar_candidates(text, line, column, [(line - 1, line)], _estimate, 5) == []
+    assert similar_candidates(parse_text(text, "python"), line, column, [(line - 1, line)], _estimate, 5) == []
 
 
 def test_assembled_prompt_shows_the_similar_call_and_the_feature_switches_it_off(count_tokens: Counter) -> None:
