@@ -83,6 +83,11 @@ class SpeculationPolicy:
     # A method the figures rule out is still tried now and then, or its acceptance estimate
     # would never recover from one bad stretch.
     explore_every: int = 10
+    # ...but only when trying it costs little: exploring the draft model on a cold ~1,000-token
+    # prompt made the draft process it all first (+4-6 s on 2 cores, measured: every 10th request
+    # of the long-file eval, which set its p95). It waits for a request whose draft prompt is short
+    # or already in the draft's cache.
+    explore_max_ms: float = 250.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _since_explore: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -114,7 +119,8 @@ class SpeculationPolicy:
                 if method == best.method or (method == "draft" and not self.draft_available):
                     continue
                 self._since_explore[method] = self._since_explore.get(method, 0) + 1
-                if self._since_explore[method] >= self.explore_every:
+                overhead = draft_prompt_tokens * self.draft_prompt_ms_per_token.value if method == "draft" else 0.0
+                if self._since_explore[method] >= self.explore_every and overhead <= self.explore_max_ms:
                     self._since_explore[method] = 0
                     return SpeculationChoice(method, min(self.ks), 0.0, "exploring: refresh its measured figures")
             return best

@@ -57,3 +57,15 @@ def test_draft_model_loses_when_its_prompt_cost_dominates() -> None:
     policy.explore_every = 10**9  # this test is about the estimate, not exploration
     assert policy.choose(max_tokens=16, draft_prompt_tokens=2000).method != "draft"
     assert policy.choose(max_tokens=16, draft_prompt_tokens=0).method == "draft"
+
+
+def test_exploring_the_draft_waits_for_a_cheap_request() -> None:
+    policy = SpeculationPolicy(draft_available=True)
+    for _ in range(40):
+        policy.record_acceptance("draft", 3, 0)
+        policy.record_draft(prompt_tokens=1000, prompt_ms=5000.0, tokens=3, token_ms=100.0)
+    # A cold 1,000-token prompt would cost the draft ~5 s: never explored on such requests...
+    cold = [policy.choose(max_tokens=16, draft_prompt_tokens=1000, allowed=("draft",)).method for _ in range(30)]
+    assert "draft" not in cold
+    # ...but on the next request whose draft prompt is (nearly) cached, it is.
+    assert policy.choose(max_tokens=16, draft_prompt_tokens=10, allowed=("draft",)).method == "draft"
