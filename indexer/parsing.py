@@ -221,6 +221,13 @@ def blank_line_bytes(source: bytes, start: int, end: int, language: str, in_brac
     (measured) tree-sitter re-parses a whitespace-only line's later restoration ~10x slower; a
     line ``in_brackets`` (continuing a call, a literal, an import list) is all spaces, where
     ``_`` would be an error.
+
+    What the line does for the lines around it stays: the brackets it closes for the lines above
+    (``)`` ending a call; ``} else {`` in brace languages); in Python a line with a triple quote (a
+    docstring's first or last line) is kept whole, and a line opening an indented block stays a
+    block header: ``def``/``class`` and clauses like ``except`` as they are, any other as ``if _:``.
+    Blanked, those did to the rest of the file what half-typed code does (measured on random
+    cursors in SQLAlchemy files: 40-130 ms re-parses at docstring lines, p95 42 -> 8 ms).
     """
     if end > start and source[end - 1 : end] == b"\n":
         end -= 1
@@ -231,10 +238,80 @@ def blank_line_bytes(source: bytes, start: int, end: int, language: str, in_brac
     width = end - start - indent
     if width <= 0:
         return source
-    filler = b" " * width
-    if language == "python" and not in_brackets:
-        filler = b"_" + filler[1:]
-    return source[: start + indent] + filler + source[end:]
+    code = line[indent:]
+    python = language == "python"
+    if python and (b'"""' in code or b"'''" in code):
+        return source
+    closers, opened = _unmatched_brackets(code, language)
+    # In brace languages a ``{`` left open opens a block that a later line closes (``} else {``).
+    kept = closers if python else closers + [at for at in opened if code[at] == ord("{")]
+    filler = bytearray(b" " * width)
+    if closers:
+        for at in kept:
+            filler[at] = code[at]
+    elif python and not in_brackets:
+        if not opened and _indented_below(source, end, indent):
+            # The line opens a block. A declaration keeps its real header (the symbol table needs
+            # it), so does a clause that only follows another (an ``except`` alone is an error);
+            # any other header, whole or half typed, stands in as ``if _:``, which always parses.
+            word = (code.split(None, 1) or [b""])[0].split(b"(", 1)[0].rstrip(b":")
+            if word in _PY_KEPT_HEADERS or width < len(_PY_HEADER):
+                return source
+            filler[: len(_PY_HEADER)] = _PY_HEADER
+        else:
+            filler[0] = ord("_")
+    return source[: start + indent] + bytes(filler) + source[end:]
+
+
+_PY_HEADER = b"if _:"
+_PY_KEPT_HEADERS = frozenset({b"def", b"class", b"async", b"except", b"except*", b"finally", b"case"})
+
+
+_OPENERS = {ord("("): ord(")"), ord("["): ord("]"), ord("{"): ord("}")}
+_CLOSERS = frozenset(_OPENERS.values())
+
+
+def _unmatched_brackets(code: bytes, language: str) -> tuple[list[int], list[int]]:
+    """Offsets in ``code`` of closing brackets whose opener is on an earlier line, and of the
+    brackets the line leaves open; string literals and Python comments skipped (escapes across
+    lines and multi-line strings are not worth a tokenizer here)."""
+    opened: list[int] = []
+    closers: list[int] = []
+    quote, i = 0, 0
+    while i < len(code):
+        ch = code[i]
+        if quote:
+            if ch == 92:  # backslash
+                i += 1
+            elif ch == quote:
+                quote = 0
+        elif ch in (34, 39):  # " '
+            quote = ch
+        elif ch == 35 and language == "python":  # '#'
+            break
+        elif ch in _OPENERS:
+            opened.append(i)
+        elif ch in _CLOSERS:
+            if opened:
+                opened.pop()
+            else:
+                closers.append(i)
+        i += 1
+    return closers, opened
+
+
+def _indented_below(source: bytes, end: int, indent: int) -> bool:
+    """Is the next non-blank line after byte ``end`` indented deeper than ``indent``? Then the
+    line at ``end`` opens a block, and blanked it would leave an unexpected indent."""
+    pos = source.find(b"\n", end)
+    while pos != -1:
+        nxt = source.find(b"\n", pos + 1)
+        following = source[pos + 1 : nxt if nxt != -1 else len(source)]
+        stripped = following.lstrip(b" \t")
+        if stripped.strip():
+            return len(following) - len(stripped) > indent
+        pos = nxt
+    return False
 
 
 # Python nodes whose lines after the first continue one logical line.

@@ -131,3 +131,38 @@ def test_a_line_inside_brackets_is_blanked_with_spaces() -> None:
     # without a previous version the line above decides ("(" or "," ends it)
     fresh = TreeCache().get("m.py", typed, "python", blank_line=2)
     assert fresh.parsed_bytes == parsed.parsed_bytes
+
+
+def test_a_docstring_line_keeps_its_quotes() -> None:
+    text = 'def a():\n    """Do a.\n\n    More.\n    """\n    return 1\n\n\ndef b():\n    """Do b."""\n    return 2\n'
+    for line in (1, 4, 9):  # a docstring's first line, its closing line, a one-line docstring
+        parsed = TreeCache().get("m.py", text, "python", blank_line=line)
+        assert parsed.parsed_bytes == text.encode()  # blanked, the rest of the file would turn into a string
+        assert [s.name for s in extract_symbols(parsed).symbols] == ["a", "b"]
+
+
+def test_a_line_closing_brackets_keeps_its_closers() -> None:
+    text = "def b():\n    x = foo(\n        1,\n    ) + bar(2)\n    return x\n"
+    parsed = TreeCache().get("m.py", text, "python", blank_line=3)
+    assert parsed.parsed_bytes == text.replace("    ) + bar(2)\n", "    )         \n").encode()
+    assert not parsed.tree.root_node.has_error
+    js = "function f() {\n  g(1,\n    2);\n  if (x) {\n    y();\n  } else {\n    z();\n  }\n}\n"
+    js_parsed = TreeCache().get("m.js", js, "javascript", blank_line=5)
+    assert js_parsed.parsed_bytes == js.replace("  } else {\n", "  }      {\n").encode()
+    assert not js_parsed.tree.root_node.has_error
+
+
+def test_a_block_header_being_typed_still_opens_its_block() -> None:
+    text = "def b(x):\n    if x > 1:\n        return 2\n    return 3\n"
+    for typed in ("    if x > 1:\n", "    if x >\n", "    for i in rang\n"):
+        edited = text.replace("    if x > 1:\n", typed)
+        parsed = TreeCache().get("m.py", edited, "python", blank_line=1)
+        line = parsed.parsed_bytes.splitlines()[1]
+        assert line.startswith(b"    if _:") and len(line) == len(typed) - 1
+        assert not parsed.tree.root_node.has_error
+    # a declaration keeps its header (the symbol table needs it), so does a clause like except
+    decl = TreeCache().get("m.py", text, "python", blank_line=0)
+    assert decl.parsed_bytes == text.encode() and extract_symbols(decl).symbols[0].name == "b"
+    handler = "def c():\n    try:\n        f()\n    except ValueError:\n        pass\n"
+    kept = TreeCache().get("m.py", handler, "python", blank_line=3)
+    assert kept.parsed_bytes == handler.encode() and not kept.tree.root_node.has_error
