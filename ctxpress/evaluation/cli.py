@@ -118,8 +118,8 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
             return 2
         drop = (summary["baseline"].get("exact_match", 0) - summary["optimized"].get("exact_match", 0)) * 100
         verdict = "FAIL" if drop > args.gate else "pass"
-        print(f"quality gate: optimized exact match is {drop:+.1f} points below baseline "
-              f"(limit {args.gate:g}): {verdict}")
+        where = f"{drop:.1f} points below" if drop > 0 else f"{-drop:.1f} points above" if drop < 0 else "equal to"
+        print(f"quality gate: optimized exact match is {where} baseline (limit {args.gate:g} below): {verdict}")
         status = 1 if drop > args.gate else 0
         summary["gate"] = {"limit_points": args.gate, "drop_points": drop, "passed": status == 0}
     print(json.dumps(summary))
