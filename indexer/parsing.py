@@ -243,10 +243,12 @@ def blank_line_bytes(source: bytes, start: int, end: int, language: str, in_brac
     if python and (b'"""' in code or b"'''" in code):
         return source
     closers, opened = _unmatched_brackets(code, language)
-    # In brace languages a ``{`` left open opens a block that a later line closes (``} else {``).
-    kept = closers if python else closers + [at for at in opened if code[at] == ord("{")]
     filler = bytearray(b" " * width)
     if closers:
+        # The line ends what lines above opened; in brace languages a ``{`` it opens again
+        # (``} else {``) stays too. A line that only opens brackets is blanked: that is how
+        # half-typed code looks (``foo(a,``).
+        kept = closers if python else closers + [at for at in opened if code[at] == ord("{")]
         for at in kept:
             filler[at] = code[at]
     elif python and not in_brackets:
@@ -267,8 +269,8 @@ _PY_HEADER = b"if _:"
 _PY_KEPT_HEADERS = frozenset({b"def", b"class", b"async", b"except", b"except*", b"finally", b"case"})
 
 
-_OPENERS = {ord("("): ord(")"), ord("["): ord("]"), ord("{"): ord("}")}
-_CLOSERS = frozenset(_OPENERS.values())
+_OPENERS = frozenset(b"([{")
+_CLOSERS = frozenset(b")]}")
 
 
 def _unmatched_brackets(code: bytes, language: str) -> tuple[list[int], list[int]]:
