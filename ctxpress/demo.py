@@ -105,7 +105,7 @@ async def run_demo(nats_url: str, repository: str, relative: str, text: str, cur
             report(f"     timings ms: context {t['context_ms']:.1f}  queue {t['queue_ms']:.1f}  "
                    f"prompt {t['prompt_ms']:.0f}  decode {t['decode_ms']:.0f}  total {t['total_ms']:.0f}  "
                    f"(round trip {wall_ms:.0f})")
-            if ctx["strategy"] != "ast":
+            if ctx["strategy"] in ("window", "window-fallback"):
                 where = "window" if ctx["window_start_line"] is None else \
                     f"window, lines {ctx['window_start_line'] + 1}-{ctx['window_end_line'] + 1}"
             else:

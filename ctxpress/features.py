@@ -61,6 +61,8 @@ register("retrieval", "cross-file chunks from the repository index (pgvector + l
 register("prefix_cache", "file-level KV pool: the engine keeps each file's prompt KV (off: one shared context)")
 register("speculative", "speculative decoding, n-gram or draft model chosen per request (off: plain greedy)")
 register("nearby_first", "the code just above the enclosing block before class head, references and imports")
+register("whole_file", "a file that fits the context budget is sent whole, not cropped")
+register("fill_below", "in a file of <= 2 budgets, the budget left after packing goes to the lines below the block")
 register("similar", "lines elsewhere in the file that resemble the code at the cursor (rare shared identifiers)")
 register("suffix_first", "prompt in suffix-prefix-middle order, so the KV of the suffix survives typing",
          default=False)

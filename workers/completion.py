@@ -340,6 +340,8 @@ class CompletionService:
             summaries=enabled["summaries"],
             nearby_first=enabled["nearby_first"],
             similar=enabled["similar"],
+            whole_file=enabled["whole_file"],
+            fill_below=enabled["fill_below"],
         )
         report = ContextReport(
             strategy=ctx.strategy,

@@ -110,7 +110,9 @@ class BlockReport(BaseModel):
 
 
 class ContextReport(BaseModel):
-    strategy: str  # "window" (baseline), "ast" (optimized) or "window-fallback" (optimized, degraded)
+    # "window" (baseline); optimized: "whole-file" (the file fits the budget), "ast" (cropped) or
+    # "window-fallback" (degraded)
+    strategy: str
     sources: list[str]
     file_tokens: int
     context_tokens: int  # tokens of prefix + suffix sent to the model

@@ -31,7 +31,10 @@ async def ask(nc: Any, subject: str, payload: bytes, wait_s: float = 120) -> dic
 
 @pytest.mark.parametrize("mode", ["baseline", "optimized"])
 async def test_round_trip_completes_the_obvious(appliance: Any, nats_client: Any, mode: str) -> None:
-    reply = await ask(nats_client, appliance.settings.completion_subject, json.dumps(valid(mode=mode)).encode())
+    # The file is tiny, so optimized would send it whole: ask for the cropping path itself.
+    over = {"features": {"whole_file": False}} if mode == "optimized" else {}
+    reply = await ask(nats_client, appliance.settings.completion_subject,
+                      json.dumps(valid(mode=mode, **over)).encode())
     assert "error" not in reply, reply
     assert reply["mode"] == mode
     assert reply["completion"].strip().startswith("b"), reply["completion"]
@@ -48,6 +51,18 @@ async def test_round_trip_completes_the_obvious(appliance: Any, nats_client: Any
     assert 0 < ctx["context_tokens"] <= ctx["file_tokens"] + 2
     assert ctx["prompt_tokens"] > ctx["context_tokens"]  # FIM markers on top
     assert reply["content_hash"] == content_hash(OBVIOUS)
+
+
+async def test_a_file_that_fits_the_budget_is_sent_whole(appliance: Any, nats_client: Any) -> None:
+    reply = await ask(nats_client, appliance.settings.completion_subject,
+                      json.dumps(valid(mode="optimized")).encode())
+    assert "error" not in reply, reply
+    ctx = reply["context"]
+    assert ctx["strategy"] == "whole-file", ctx
+    assert [b["kind"] for b in ctx["blocks"]][:1] == ["file"]
+    # All of it, prefix and suffix: nothing cropped, so the count is the file's own (the cut
+    # at the cursor may split one token in two).
+    assert ctx["file_tokens"] <= ctx["context_tokens"] <= ctx["file_tokens"] + 1
 
 
 async def test_content_hash_of_a_known_file_is_enough(appliance: Any, nats_client: Any) -> None:

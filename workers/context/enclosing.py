@@ -37,6 +37,9 @@ class Enclosing:
     reason: str
     # Lines actually shown (reference extraction looks here first).
     shown_ranges: list[tuple[int, int]] = field(default_factory=list)
+    # The last line the suffix shows to its end, when nothing of the file is skipped between the
+    # cursor and it (None: the suffix stops inside a block too big to show whole).
+    suffix_end_line: int | None = None
 
 
 def _take_lines_backward(
@@ -94,7 +97,7 @@ def _function_block(
             symbol=sym, kind=sym.kind, name=label, start_line=sym.start_line, end_line=sym.end_line,
             form="whole", prefix_pieces=[Piece(sym.start_line, line, prefix_text)], suffix=suffix_text,
             tokens=tokens, reason=f"encloses the cursor (line {line + 1}); always included whole when it fits",
-            shown_ranges=[(sym.start_line, sym.end_line)],
+            shown_ranges=[(sym.start_line, sym.end_line)], suffix_end_line=sym.end_line,
         )
     # Too big: signature + the lines nearest the cursor.
     head_first, head_last = header_line_range(parsed, sym)
@@ -152,5 +155,5 @@ def _window(
         symbol=None, kind="window", name=f"<{where}>", start_line=back_start, end_line=fwd_end, form="partial",
         prefix_pieces=[Piece(back_start, line, back_text)], suffix=fwd_text, tokens=back_tokens + fwd_tokens,
         reason=f"cursor at {where} (no enclosing function): the lines nearest the cursor",
-        shown_ranges=[(back_start, fwd_end)],
+        shown_ranges=[(back_start, fwd_end)], suffix_end_line=fwd_end if fwd_text else None,
     )

@@ -409,3 +409,8 @@ def split_cursor(text: str) -> tuple[str, int, int]:
     line = before.count("\n")
     column = len(before) - (before.rfind("\n") + 1)
     return text.replace("CURSOR", "", 1), line, column
+
+
+# The samples here are small files that fit the default budget whole; tests of cropping ask for
+# the cropping path itself (the whole-file and fill-below strategies have their own tests).
+CROP_ONLY = {"whole_file": False, "fill_below": False}

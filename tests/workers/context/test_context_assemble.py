@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Callable
 
 import pytest
-from ctx_samples import PYTHON, split_cursor
+from ctx_samples import CROP_ONLY, PYTHON, split_cursor
 from longfile import long_python_file
 
 from indexer.parsing import TreeCache
@@ -17,6 +17,7 @@ Counter = Callable[[str], int]
 
 def _ctx(text: str, line: int, column: int, count_tokens: Counter, **kw):  # type: ignore[no-untyped-def]
     kw.setdefault("timeout_ms", 2000)
+    kw = {**CROP_ONLY, **kw}
     return assemble_context(text, kw.pop("path", "orderbook.py"), line, column, count_tokens=count_tokens, **kw)
 
 
@@ -132,7 +133,7 @@ def test_budget_is_respected_on_a_long_real_file(budget: int, count_tokens: Coun
     lines = text.splitlines()
     for line in range(200, len(lines) - 50, max(1, len(lines) // 12)):
         ctx = assemble_context(text, path, line, 4, count_tokens=count_tokens, budget_tokens=budget,
-                               timeout_ms=5000)
+                               timeout_ms=5000, **CROP_ONLY)
         assert ctx.strategy == "ast"
         real = count_tokens(ctx.prefix) + count_tokens(ctx.suffix)
         assert real == ctx.context_tokens
@@ -147,13 +148,13 @@ def test_long_file_compression_and_assembly_time(count_tokens: Counter) -> None:
     cache = TreeCache()
     times, ratios = [], []
     for line in range(150, len(lines) - 50, max(1, len(lines) // 25)):
-        assemble_context(text, path, line, 0, count_tokens=count_tokens, cache=cache, timeout_ms=5000)
+        assemble_context(text, path, line, 0, count_tokens=count_tokens, cache=cache, timeout_ms=5000, **CROP_ONLY)
         content = lines[line].rstrip("\n")
         indent = len(content) - len(content.lstrip())
         typed = list(lines)
         typed[line] = lines[line][:indent] + "x" + lines[line][indent:]  # one keystroke
         ctx = assemble_context("".join(typed), path, line, indent + 1, count_tokens=count_tokens, cache=cache,
-                               timeout_ms=5000, exact_file_tokens=True)
+                               timeout_ms=5000, exact_file_tokens=True, **CROP_ONLY)
         assert ctx.strategy == "ast"
         times.append(ctx.elapsed_ms - ctx.timings_ms.get("file_tokens", 0.0))
         ratios.append(ctx.compression_ratio)
@@ -165,7 +166,7 @@ def test_long_file_compression_and_assembly_time(count_tokens: Counter) -> None:
 
 def test_unsupported_language_falls_back_and_is_counted(count_tokens: Counter) -> None:
     before = FALLBACK_COUNTS["unsupported-language"]
-    ctx = assemble_context("puts 'hi'\nputs 'there'\n", "hello.rb", 1, 4, count_tokens=count_tokens)
+    ctx = assemble_context("puts 'hi'\nputs 'there'\n", "hello.rb", 1, 4, count_tokens=count_tokens, **CROP_ONLY)
     assert ctx.strategy == "window-fallback"
     assert "unsupported language" in (ctx.fallback_reason or "")
     assert ctx.prefix == "puts 'hi'\nputs"
@@ -177,7 +178,7 @@ def test_timeout_uses_the_callers_fallback(count_tokens: Counter) -> None:
     text, line, column = split_cursor(PYTHON)
     before = FALLBACK_COUNTS["timeout"]
     ctx = assemble_context(text, "orderbook_timeout.py", line, column, count_tokens=count_tokens,
-                           timeout_ms=0.0, fallback=lambda: ("PRE", "SUF"))
+                           timeout_ms=0.0, fallback=lambda: ("PRE", "SUF"), **CROP_ONLY)
     assert (ctx.strategy, ctx.prefix, ctx.suffix) == ("window-fallback", "PRE", "SUF")
     assert "exceeded" in (ctx.fallback_reason or "")
     assert FALLBACK_COUNTS["timeout"] == before + 1
@@ -185,7 +186,7 @@ def test_timeout_uses_the_callers_fallback(count_tokens: Counter) -> None:
 
 def test_parse_failure_falls_back(count_tokens: Counter) -> None:
     junk = ")))) ]]] ((( }}} @@@ !!! ::: \n" * 5
-    ctx = assemble_context(junk, "junk.py", 2, 3, count_tokens=count_tokens, timeout_ms=2000)
+    ctx = assemble_context(junk, "junk.py", 2, 3, count_tokens=count_tokens, timeout_ms=2000, **CROP_ONLY)
     assert ctx.strategy == "window-fallback"
     assert "parse failure" in (ctx.fallback_reason or "")
 
@@ -228,9 +229,59 @@ def test_summaries_off_keeps_blocks_whole_or_drops_them() -> None:
     text = helpers + "def main() -> int:\n    total = helper_3(1) + helper_7(2)\n    return total\n"
     line = text.splitlines().index("    total = helper_3(1) + helper_7(2)")
     with_summaries = assemble_context(text, "m.py", line, 12, count_tokens=rough_token_count, budget_tokens=300,
-                                      timeout_ms=1000)
+                                      timeout_ms=1000, **CROP_ONLY)
     without = assemble_context(text, "m.py", line, 12, count_tokens=rough_token_count, budget_tokens=300,
-                               timeout_ms=1000, summaries=False)
+                               timeout_ms=1000, summaries=False, **CROP_ONLY)
     assert any(b.form == "summary" for b in with_summaries.blocks)
     assert all(b.form != "summary" for b in without.blocks)
     assert without.strategy == with_summaries.strategy == "ast"
+
+
+def test_a_file_that_fits_the_budget_is_sent_whole(count_tokens: Counter) -> None:
+    text, line, column = split_cursor(PYTHON)
+    ctx = assemble_context(text, "orderbook.py", line, column, count_tokens=count_tokens, timeout_ms=2000)
+    assert ctx.strategy == "whole-file"
+    assert ctx.prefix + ctx.suffix == text
+    lines = text.splitlines(keepends=True)
+    assert ctx.prefix.endswith(lines[line][:column]) and len(ctx.prefix) == sum(map(len, lines[:line])) + column
+    assert ctx.context_tokens <= ctx.budget_tokens
+    assert [b.kind for b in ctx.blocks] == ["file"]
+    # Cross-file chunks and the KV cache's stable part start at the top-level statement that
+    # holds the cursor (a method of OrderBook: the class).
+    assert ctx.prefix[ctx.stable_chars:].startswith("class OrderBook:\n")
+    # One token short of the file: cropped instead.
+    tight = assemble_context(text, "orderbook.py", line, column, count_tokens=count_tokens, timeout_ms=2000,
+                             budget_tokens=count_tokens(text) - 1)
+    assert tight.strategy == "ast"
+
+
+def _numbered_functions(n: int) -> str:
+    return "".join(f"def step_{i}(value: int) -> int:\n    total = value * {i} + {i * 7}\n"
+                   f"    return total - step_{max(0, i - 1)}(value)\n\n\n" for i in range(n))
+
+
+def test_budget_left_after_packing_goes_to_the_lines_below(count_tokens: Counter) -> None:
+    text = _numbered_functions(30)
+    lines = text.splitlines(keepends=True)
+    line = lines.index("def step_3(value: int) -> int:\n") + 1  # inside step_3, early in the file
+    column = len("    total = ")
+    budget = count_tokens(text) * 6 // 10  # the file is between one and two budgets
+    kw = {"count_tokens": count_tokens, "budget_tokens": budget, "timeout_ms": 2000}
+    off = assemble_context(text, "steps.py", line, column, fill_below=False, **kw)
+    on = assemble_context(text, "steps.py", line, column, **kw)
+    assert off.strategy == on.strategy == "ast"
+    assert off.suffix.rstrip().endswith("return total - step_2(value)")  # the block's end
+    # Filled: the suffix goes on past the block, verbatim and in file order, within the budget.
+    assert on.suffix.startswith(off.suffix)
+    assert "def step_4(value: int) -> int:\n    total = value * 4 + 28\n" in on.suffix
+    assert count_tokens(on.prefix) + count_tokens(on.suffix) <= budget
+    assert on.context_tokens > off.context_tokens
+    below = [b for b in on.blocks if b.kind == "below"]
+    assert len(below) == 1 and below[0].start_line == line + 2
+    # A sibling's signature shown verbatim below is not repeated in the prefix.
+    for b in on.blocks:
+        if b.kind != "below" and b.start_line >= below[0].start_line:
+            assert b.end_line > below[0].end_line, b
+    # A file of more than two budgets is not filled: its prompt is prefill time.
+    far = assemble_context(text, "steps.py", line, column, **{**kw, "budget_tokens": count_tokens(text) // 3})
+    assert not any(b.kind == "below" for b in far.blocks)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from ctx_samples import EXPECTED, SAMPLES, split_cursor
+from ctx_samples import CROP_ONLY, EXPECTED, SAMPLES, split_cursor
 
 from workers.context.assemble import assemble_context
 
@@ -17,7 +17,7 @@ def test_language_crops_around_the_enclosing_block(language: str, count_tokens: 
     text, line, column = split_cursor(marked)
     enclosing, helper, unrelated = EXPECTED[language]
     ctx = assemble_context(text, filename, line, column, count_tokens=count_tokens, budget_tokens=1024,
-                           timeout_ms=2000)
+                           timeout_ms=2000, **CROP_ONLY)
     assert ctx.strategy == "ast", ctx.fallback_reason
     assert ctx.language == language
     # The prefix is the file's text up to the cursor, at its end.
@@ -44,10 +44,10 @@ def test_tight_budget_keeps_helper_before_unreferenced(language: str, count_toke
     filename, marked = SAMPLES[language]
     text, line, column = split_cursor(marked)
     enclosing, helper, unrelated = EXPECTED[language]
-    whole = assemble_context(text, filename, line, column, count_tokens=count_tokens, timeout_ms=2000)
+    whole = assemble_context(text, filename, line, column, count_tokens=count_tokens, timeout_ms=2000, **CROP_ONLY)
     budget = whole.blocks[0].tokens + 60  # the enclosing block and a little more
     ctx = assemble_context(text, filename, line, column, count_tokens=count_tokens, budget_tokens=budget,
-                           timeout_ms=2000)
+                           timeout_ms=2000, **CROP_ONLY)
     assert ctx.context_tokens <= budget
     chosen = [b.name.split(".")[-1] for b in ctx.blocks]
     assert chosen[0] == enclosing
