@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from tree_sitter import Node, Query, QueryCursor
 
@@ -63,6 +63,9 @@ class FileSymbols:
     parsed: ParsedFile
     symbols: list[Symbol] = field(default_factory=list)
     shifted: bool = False  # moved past an edit from the previous version's table, not rebuilt
+    # Shifted through an edit that left the tree broken: the last sound table, kept (see
+    # _shifted_symbols) until the tree is whole again.
+    provisional: bool = False
 
     @property
     def language(self) -> str:
@@ -605,19 +608,28 @@ def extract_symbols(parsed: ParsedFile) -> FileSymbols:
 
 
 def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_end: int,
-                     new_end: int) -> list[Symbol] | None:
+                     new_end: int) -> tuple[list[Symbol], bool] | None:
     """The previous version's symbols moved past an edit of bytes start..old_end (now ..new_end),
-    or None when the edit may change the table (outside a function body, in a docstring, or
-    damage that error recovery spread beyond the function)."""
+    and whether they are provisional (see below); None when the edit may change the table
+    (outside a function body or its parameters, in a docstring, or a sound tree's structure
+    changed)."""
     table = previous.derived.get("symbols")
     if not isinstance(table, FileSymbols):
         return None
     if start == old_end == new_end and parsed.tree is previous.tree:
-        return list(table.symbols)  # only the blanked cursor line's text changed (TreeCache.get)
+        return list(table.symbols), table.provisional  # only the blanked cursor line's text changed
     inside = [s for s in table.symbols if not s.is_container and s.body_start_byte is not None
               and s.body_end_byte is not None and s.body_start_byte < start and old_end <= s.body_end_byte]
+    in_signature = False
     if not inside:
-        return None
+        # A function's parameter list does not show in the table either (summaries read it from
+        # the source): typing a parameter on its own line only moves what follows.
+        inside = [s for s in table.symbols if s.kind in FUNCTION_KINDS and s.body_start_byte is not None
+                  and s.decl_start_byte < start and old_end < s.body_start_byte
+                  and _in_parameters(previous, s, start, old_end)]
+        in_signature = bool(inside)
+    if not inside:
+        return _shifted_past_inert_edit(parsed, previous, table, start, old_end, new_end)
     fn = min(inside, key=lambda s: s.end_byte - s.start_byte)
     delta = new_end - old_end
     root = parsed.tree.root_node
@@ -628,37 +640,153 @@ def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_e
     while end > fn.decl_start_byte and tree_bytes[end - 1] in b" \t":
         end -= 1
     node = root.descendant_for_byte_range(fn.decl_start_byte, end)
-    if node is None or node.type != fn.node_type or node.start_byte != fn.decl_start_byte or node.end_byte != end:
+    intact = node is not None and node.type == fn.node_type and node.start_byte == fn.decl_start_byte \
+        and node.end_byte == end
+    # ...with no parse error outside it. A tree broken by the edit is not a new structure to
+    # believe: half-typed code inside a function (a header with its block below, an open string)
+    # leaves the declarations what they were, and the table stays the last sound one, shifted,
+    # until the tree is whole again and says otherwise.
+    sound = intact and not (root.has_error and _has_error_outside(parsed, fn.decl_start_byte, end))
+    keep_last_sound = root.has_error and not in_signature and (
+        table.provisional or not previous.tree.root_node.has_error)
+    if not sound and not keep_last_sound:
         return None
-    # ...with no parse error outside it,
-    if root.has_error and _has_error_outside(parsed, fn.decl_start_byte, end):
-        return None
-    # ...and (Python) the edit after the docstring, which is part of the symbol.
-    if parsed.language == "python":
+    provisional = not sound
+    # ...and (Python) the edit after the docstring's doc line, which is part of the symbol; an
+    # edit of that line (a docstring being written) changes the function's doc and nothing else.
+    new_doc: str | None = None
+    if parsed.language == "python" and not in_signature:
         body = previous.tree.root_node.descendant_for_byte_range(fn.body_start_byte, fn.body_end_byte)
         first = body.named_child(0) if body is not None and body.named_child_count else None
-        if first is None or (_py_docstring(body, previous.source) is not None and start <= first.end_byte
-                             and not _after_doc_line(previous.source, first, start, old_end)):
+        if first is None:
             return None
+        if (_py_docstring(body, previous.source) is not None and start <= first.end_byte
+                and not _after_doc_line(previous.source, first, start, old_end)):
+            new_doc = _new_py_doc(parsed, fn.body_start_byte) if sound else None
+            if new_doc is None:
+                return None
+    return _moved(table, previous, parsed, start, old_end, new_end, fn, new_doc), provisional
+
+
+# What the cursor line's blanking leaves (see indexer.parsing.blank_line_bytes): spaces and the
+# one-character statement "_", which is never a declaration.
+_INERT = frozenset(b" \t_")
+_SPACES = frozenset(b" \t")
+
+
+def _shifted_past_inert_edit(parsed: ParsedFile, previous: ParsedFile, table: FileSymbols, start: int,
+                             old_end: int, new_end: int) -> tuple[list[Symbol], bool] | None:
+    """Outside function bodies: an edit that only puts or takes away blanks and the "_"
+    placeholder (the blanked cursor line on an empty line between two methods or two top-level
+    definitions), when the container around it keeps its shape and no error appears elsewhere."""
+    changed = previous.parsed_bytes[start:old_end] + parsed.parsed_bytes[start:new_end]
+    if not (_INERT if parsed.language == "python" else _SPACES).issuperset(changed):
+        return None  # (elsewhere "_" is a name someone may be typing; blanks there are spaces)
+    if any(s.start_byte < old_end and start < s.header_end_byte for s in table.symbols):
+        return None  # touches a declaration's own lines (its name, decorators, doc comment)
+    holders = [s for s in table.symbols if s.is_container and s.body_start_byte is not None
+               and s.body_end_byte is not None and s.body_start_byte < start and old_end <= s.body_end_byte]
+    root = parsed.tree.root_node
+    delta = new_end - old_end
+    if holders:
+        holder = min(holders, key=lambda s: s.end_byte - s.start_byte)
+        end = holder.end_byte + delta
+        node = root.descendant_for_byte_range(holder.decl_start_byte, end)
+        if node is None or node.type != holder.node_type or node.start_byte != holder.decl_start_byte \
+                or node.end_byte != end:
+            return None  # e.g. a placeholder at column 0 inside a class: the class ends there
+        if root.has_error and _has_error_outside(parsed, holder.decl_start_byte, end):
+            return None
+        if parsed.language == "python":  # not before the class's docstring (its doc)
+            body = previous.tree.root_node.descendant_for_byte_range(holder.body_start_byte, holder.body_end_byte)
+            first = body.named_child(0) if body is not None and body.named_child_count else None
+            if first is None or start <= first.end_byte:
+                return None
+    elif root.has_error and not previous.tree.root_node.has_error:
+        return None
+    if parsed.language == "python":
+        # Each placeholder on the edited line, before and after, must be a statement of the
+        # container's own body (or of the module): one indented under a definition above it
+        # would have become that definition's body.
+        body_start = holders and min(holders, key=lambda s: s.end_byte - s.start_byte).body_start_byte
+        for version, first, last in ((previous, start, old_end), (parsed, start, new_end)):
+            if not _placeholders_belong_to(version, first, last, body_start or None):
+                return None
+    return _moved(table, previous, parsed, start, old_end, new_end, None, None), False
+
+
+def _placeholders_belong_to(version: ParsedFile, start: int, end: int, body_start: int | None) -> bool:
+    """Is every "_" on the lines of start..end a statement directly in the block starting at
+    ``body_start`` (None: the module)?"""
+    src = version.parsed_bytes
+    first, last = version.line_byte(version.line_of(start)), version.line_end_byte(version.line_of(end))
+    pos = src.find(b"_", first, last)
+    while pos != -1:
+        node = version.tree.root_node.descendant_for_byte_range(pos, pos + 1)
+        stmt = node.parent if node is not None else None
+        block = stmt.parent if stmt is not None else None
+        if stmt is None or stmt.type != "expression_statement" or block is None:
+            return False
+        if body_start is None and block.type != "module":
+            return False
+        if body_start is not None and block.start_byte != body_start:
+            return False
+        pos = src.find(b"_", pos + 1, last)
+    return True
+
+
+def _moved(table: FileSymbols, previous: ParsedFile, parsed: ParsedFile, start: int, old_end: int,
+           new_end: int, fn: Symbol | None, new_doc: str | None) -> list[Symbol]:
+    """The table's symbols moved past an edit of bytes start..old_end (now ..new_end)."""
+    delta = new_end - old_end
     old_src, new_src = previous.source, parsed.source
     line_delta = new_src.count(b"\n", start, new_end) - old_src.count(b"\n", start, old_end)
     out: list[Symbol] = []
+    # Symbols are built directly, not with dataclasses.replace: a 3,000-line file has ~100 of
+    # them, shifted at every keystroke, and replace() costs ten times a plain construction.
     for s in table.symbols:
         if s.start_byte < start and old_end <= s.end_byte:
-            # contains the edit: the function and the classes around it grow or shrink
-            out.append(replace(
-                s, end_line=s.end_line + line_delta, end_byte=s.end_byte + delta,
-                body_end_byte=None if s.body_end_byte is None else s.body_end_byte + delta))
+            # contains the edit: the function and the classes around it grow or shrink (a
+            # function's body moves too when the edit is in its parameters)
+            body_start = s.body_start_byte
+            if body_start is not None and body_start >= old_end:
+                body_start += delta
+            out.append(Symbol(
+                s.kind, s.name, s.start_line, s.end_line + line_delta, s.start_byte, s.end_byte + delta,
+                s.decl_start_byte, body_start, None if s.body_end_byte is None else s.body_end_byte + delta,
+                s.owner, s.parent, new_doc if s is fn and new_doc is not None else s.doc, s.is_container,
+                s.node_type, s.index))
         elif s.start_byte >= old_end:
-            out.append(replace(
-                s, start_line=s.start_line + line_delta, end_line=s.end_line + line_delta,
-                start_byte=s.start_byte + delta, end_byte=s.end_byte + delta,
-                decl_start_byte=s.decl_start_byte + delta,
-                body_start_byte=None if s.body_start_byte is None else s.body_start_byte + delta,
-                body_end_byte=None if s.body_end_byte is None else s.body_end_byte + delta))
+            out.append(Symbol(
+                s.kind, s.name, s.start_line + line_delta, s.end_line + line_delta, s.start_byte + delta,
+                s.end_byte + delta, s.decl_start_byte + delta,
+                None if s.body_start_byte is None else s.body_start_byte + delta,
+                None if s.body_end_byte is None else s.body_end_byte + delta,
+                s.owner, s.parent, s.doc, s.is_container, s.node_type, s.index))
         else:  # entirely before the edit
             out.append(s)
     return out
+
+
+def _new_py_doc(parsed: ParsedFile, body_start: int) -> str | None:
+    """The doc line of the Python block starting at ``body_start`` in the new tree."""
+    node = parsed.tree.root_node.descendant_for_byte_range(body_start, body_start)
+    while node is not None and not (node.type == "block" and node.start_byte == body_start):
+        node = node.parent
+    return _py_docstring(node, parsed.source) if node is not None else None
+
+
+_PARAMETER_LISTS = frozenset({"parameters", "formal_parameters", "parameter_list", "lambda_parameters"})
+
+
+def _in_parameters(previous: ParsedFile, fn: Symbol, start: int, old_end: int) -> bool:
+    """Is the edit strictly inside ``fn``'s parameter list (in the previous version's tree)?"""
+    node = previous.tree.root_node.descendant_for_byte_range(start, old_end)
+    while node is not None and node.start_byte >= fn.decl_start_byte:
+        if node.type in _PARAMETER_LISTS:
+            return node.start_byte < start and old_end < node.end_byte
+        node = node.parent
+    return False
 
 
 def _after_doc_line(src: bytes, docstring: Node, start: int, old_end: int) -> bool:
@@ -704,10 +832,11 @@ def cheap_symbols(parsed: ParsedFile, _depth: int = 0) -> FileSymbols | None:
     if edit is not None and _depth < 2 and "symbols" not in edit[0].derived:
         # A halfway version (two separate edits parsed one after the other) shifts first.
         cheap_symbols(edit[0], _depth + 1)
-    symbols = _shifted_symbols(parsed, *edit) if edit is not None else None
-    if symbols is None:
+    shifted = _shifted_symbols(parsed, *edit) if edit is not None else None
+    if shifted is None:
         return None
-    table = FileSymbols(parsed=parsed, symbols=symbols, shifted=True)
+    symbols, provisional = shifted
+    table = FileSymbols(parsed=parsed, symbols=symbols, shifted=True, provisional=provisional)
     parsed.derived["symbols"] = table
     return table
 

@@ -166,3 +166,43 @@ def test_a_block_header_being_typed_still_opens_its_block() -> None:
     handler = "def c():\n    try:\n        f()\n    except ValueError:\n        pass\n"
     kept = TreeCache().get("m.py", handler, "python", blank_line=3)
     assert kept.parsed_bytes == handler.encode() and not kept.tree.root_node.has_error
+
+
+def _node_spans(tree) -> list[tuple[str, int, int, tuple[int, int], tuple[int, int]]]:  # type: ignore[no-untyped-def]
+    out, stack = [], [tree.root_node]
+    while stack:
+        node = stack.pop()
+        out.append((node.type, node.start_byte, node.end_byte, tuple(node.start_point), tuple(node.end_point)))
+        stack.extend(node.children)
+    return sorted(out)
+
+
+JS_SOURCE = "".join(
+    f"export function handler{i}(request, response) {{\n  const body = request.body ?? {{}};\n"
+    f"  if (body.count > {i}) {{\n    response.send(body.items.slice(0, {i}));\n  }}\n  return body;\n}}\n\n"
+    for i in range(40)
+)
+
+
+@pytest.mark.parametrize(("path", "language", "source"),
+                         [("m.py", "python", SOURCE), ("h.js", "javascript", JS_SOURCE)])
+def test_typing_that_only_widens_the_blanked_line_shifts_the_tree_without_a_parse(
+    path: str, language: str, source: str,
+) -> None:
+    # The line is typed again character by character; the blanked version of most keystrokes
+    # only grows a run of spaces, and then the tree is edited, not re-parsed. It must be the
+    # tree a fresh parse of the same blanked text gives, node for node.
+    lines = source.splitlines(keepends=True)
+    line = next(i for i, text in enumerate(lines) if text.strip().startswith(("return x + 1", "response.send")))
+    body = lines[line].rstrip("\n")
+    indent = len(body) - len(body.lstrip())
+    cache = TreeCache()
+    cache.get(path, source, language, blank_line=line)
+    for n in range(len(body) - indent + 1):
+        text = "".join(lines[:line]) + body[:indent + n] + "\n" + "".join(lines[line + 1:])
+        parsed = cache.get(path, text, language, blank_line=line)
+        fresh = TreeCache().get(path, text, language, blank_line=line)
+        assert _node_spans(parsed.tree) == _node_spans(fresh.tree), body[:indent + n]
+        assert extract_symbols(parsed).symbols == extract_symbols(fresh).symbols
+    shifted, parsed_again = cache.shifted_without_parse, cache.incremental_parses
+    assert shifted >= (len(body) - indent) // 2, (shifted, parsed_again)

@@ -43,8 +43,8 @@ def test_an_edit_inside_a_body_shifts_the_table() -> None:
 
 def test_edits_that_can_change_the_table_are_rebuilt() -> None:
     for edited in (
-        SOURCE.replace('"""Store one value."""', '"""Store a value."""'),  # a docstring is part of a symbol
-        SOURCE.replace("def helper(x):", "def helper(x, y):"),  # a signature
+        SOURCE.replace('"""Store one value."""', "pass"),  # a docstring removed: the doc may come from elsewhere
+        SOURCE.replace("def helper(x):", "def assist(x):"),  # a name
         SOURCE.replace("\n\ndef helper", "\n\nLIMIT = 3\n\n\ndef helper"),  # module level
     ):
         cache = TreeCache()
@@ -52,6 +52,49 @@ def test_edits_that_can_change_the_table_are_rebuilt() -> None:
         parsed = cache.get("s.py", edited, "python")
         assert cheap_symbols(parsed) is None
         assert _fields(extract_symbols(parsed).symbols) == _fields(_Extractor(parsed).run())
+
+
+def test_typing_a_docstrings_doc_line_changes_only_that_doc() -> None:
+    cache = TreeCache()
+    extract_symbols(cache.get("s.py", SOURCE, "python"))
+    parsed = cache.get("s.py", SOURCE.replace('"""Store one value."""', '"""Store a value, or two."""'), "python")
+    table = cheap_symbols(parsed)
+    assert table is not None and table.shifted
+    assert next(s for s in table.symbols if s.name == "put").doc == "Store a value, or two."
+    assert _fields(table.symbols) == _fields(_Extractor(parsed).run())
+
+
+def test_an_edit_inside_a_parameter_list_shifts_the_table() -> None:
+    source = SOURCE.replace("def put(self, key, value):",
+                            "def put(\n        self,\n        key,\n        value,\n    ):")
+    cache = TreeCache()
+    extract_symbols(cache.get("s.py", source, "python"))
+    edited = source.replace("        key,\n", "        key: str,\n        default=None,\n")
+    parsed = cache.get("s.py", edited, "python")
+    table = cheap_symbols(parsed)
+    assert table is not None and table.shifted and not table.provisional
+    assert _fields(table.symbols) == _fields(_Extractor(parsed).run())
+
+
+def test_a_tree_broken_by_typing_keeps_the_last_sound_table_until_it_is_whole() -> None:
+    cache = TreeCache()
+    sound = extract_symbols(cache.get("s.py", SOURCE, "python"))
+    # Half-typed at class level, inside put's lines: error recovery reaches past the function.
+    broken_text = SOURCE.replace("        return value\n", "    if value\n        return value\n")
+    broken = cache.get("s.py", broken_text, "python")
+    assert broken.tree.root_node.has_error
+    kept = cheap_symbols(broken)
+    assert kept is not None and kept.provisional
+    assert [s.name for s in kept.symbols] == [s.name for s in sound.symbols]
+    put = next(s for s in kept.symbols if s.name == "put")
+    assert put.end_line == next(s for s in sound.symbols if s.name == "put").end_line + 1
+    # Whole again, and the typing made a new method (dedented into the class): rebuilt.
+    whole_text = SOURCE.replace("        return value\n",
+                                "        return value\n\n    def size(self):\n        return 0\n")
+    whole = cache.get("s.py", whole_text, "python")
+    assert not whole.tree.root_node.has_error
+    assert cheap_symbols(whole) is None
+    assert "size" in [s.name for s in extract_symbols(whole).symbols]
 
 
 def test_an_edit_below_the_doc_line_of_a_docstring_shifts() -> None:

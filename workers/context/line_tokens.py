@@ -17,10 +17,11 @@ import random
 import re
 import threading
 from collections.abc import Callable, Iterable
+from itertools import accumulate
 from pathlib import Path
 
-from indexer.parsing import ParsedFile
-from workers.context.packing import TokenCounter
+from indexer.parsing import EDIT_KEY, ParsedFile
+from workers.context.packing import MemoCounter, TokenCounter
 
 LineRangeTokens = Callable[[int, int], int]
 
@@ -49,6 +50,7 @@ def segments(text: str) -> list[str]:
 
 
 _checked: dict[int, bool] = {}
+_whole_memos: dict[int, tuple[TokenCounter, TokenCounter]] = {}
 _checked_lock = threading.Lock()
 
 
@@ -74,7 +76,13 @@ def exact_counter(count_tokens: TokenCounter) -> TokenCounter:
         def count(text: str) -> int:
             return sum(count_tokens(seg) for seg in segments(text))
 
-    return count
+    # Short texts (a block's summary, a signature) come back at every keystroke: remembered
+    # whole, they skip the segmenting (a fifth of a request's time when they did not).
+    with _checked_lock:
+        whole = _whole_memos.get(id(count_tokens))
+        if whole is None or whole[0] is not count_tokens:
+            whole = _whole_memos[id(count_tokens)] = (count_tokens, MemoCounter(count, max_chars=4_000))
+    return whole[1]
 
 
 _DIGIT = re.compile(r"[1-9]")
@@ -100,28 +108,83 @@ def _segment_sum_is_exact(count_tokens: TokenCounter, samples: int = 60) -> bool
     return True
 
 
+class _LineCounts:
+    """Per-line token counts of one file version; prefix sums once every line is known, so that
+    a range costs two lookups (packing asks for thousands of ranges' sizes per request)."""
+
+    def __init__(self, values: list[int | None]) -> None:
+        self.values = values
+        self.missing = sum(1 for v in values if v is None)
+        self.prefix: list[int] | None = None
+        if not self.missing:
+            self.prefix = list(accumulate(values, initial=0))  # type: ignore[arg-type]
+
+
+def _line_counts(parsed: ParsedFile, key: str, count_tokens: TokenCounter) -> _LineCounts:
+    hit = parsed.derived.get(key)
+    if isinstance(hit, _LineCounts):
+        return hit
+    counts = _carried_counts(parsed, key, count_tokens) or _LineCounts([None] * parsed.line_count)
+    parsed.derived[key] = counts
+    return counts
+
+
+def _carried_counts(parsed: ParsedFile, key: str, count_tokens: TokenCounter) -> _LineCounts | None:
+    """The predecessor version's counts moved past the edit between them, with the edited lines
+    (and the blanked cursor lines, whose real text the tree's edit does not see) counted again;
+    None when the predecessor's are not known."""
+    edit = parsed.derived.get(EDIT_KEY)
+    if edit is None:
+        return None
+    previous, start, old_end, new_end = edit
+    if not isinstance(previous.derived.get(key), _LineCounts) and EDIT_KEY not in previous.derived:
+        return None
+    before = _line_counts(previous, key, count_tokens)  # a halfway version carries its own first
+    first, old_last, new_last = previous.line_of(start), previous.line_of(old_end), parsed.line_of(new_end)
+    values = [*before.values[:first], *([None] * (new_last - first + 1)), *before.values[old_last + 1:]]
+    if len(values) != parsed.line_count:
+        return None  # not the edit it claims to be: count afresh
+    shift = new_last - old_last
+    for line in (parsed.blanked_line, previous.blanked_line):
+        if line is not None:
+            moved = line + shift if line > old_last else line
+            if 0 <= moved < len(values):
+                values[moved] = None
+    if before.prefix is not None:  # the few changed lines now, and the sums are ready
+        for i, v in enumerate(values):
+            if v is None:
+                values[i] = count_tokens(parsed.lines_text(i, i))
+    return _LineCounts(values)
+
+
 def line_range_estimator(parsed: ParsedFile, count_tokens: TokenCounter) -> LineRangeTokens:
     """``estimate(start_line, end_line)``, inclusive, for this version of the file."""
-    key = f"line-tokens:{id(count_tokens)}"
-    counts = parsed.derived.get(key)
-    if not isinstance(counts, dict):
-        counts = {}
-        parsed.derived[key] = counts
+    counts = _line_counts(parsed, f"line-tokens:{id(count_tokens)}", count_tokens)
+    last_line = parsed.line_count - 1
 
     def estimate(start: int, end: int) -> int:
-        total = 0
-        for i in range(max(0, start), min(end, parsed.line_count - 1) + 1):
-            n = counts.get(i)
+        start, end = max(0, start), min(end, last_line)
+        if end < start:
+            return 0
+        if counts.prefix is not None:
+            return counts.prefix[end + 1] - counts.prefix[start]
+        values, total = counts.values, 0
+        for i in range(start, end + 1):
+            n = values[i]
             if n is None:
-                n = counts[i] = count_tokens(parsed.lines_text(i, i))
+                n = values[i] = count_tokens(parsed.lines_text(i, i))
+                counts.missing -= 1
             total += n
+        # (Two threads may fill the same version: the count can undershoot, the check cannot.)
+        if counts.missing <= 0 and None not in values:
+            counts.prefix = list(accumulate(values, initial=0))  # type: ignore[arg-type]
         return total
 
     return estimate
 
 
 def warm_line_counts(parsed: ParsedFile, count_tokens: TokenCounter) -> None:
-    """Count every line now (an IDE opened the file), so that later versions find them memoised."""
+    """Count every line now (an IDE opened the file): later versions carry the counts over."""
     line_range_estimator(parsed, count_tokens)(0, parsed.line_count - 1)
 
 
