@@ -45,7 +45,7 @@ from workers.context.packing import (
 from workers.context.recent_edits import recent_edit_candidates
 from workers.context.references import referenced_candidates
 from workers.context.similar import similar_candidates
-from workers.context.window import baseline_window
+from workers.context.window import baseline_window, clamp_cursor, split_at_cursor
 
 log = logging.getLogger("ctxpress.context")
 
@@ -121,9 +121,7 @@ class _ParseFailure(Exception):
 
 def _window_fallback(text: str, line: int, column: int, count_tokens: TokenCounter, budget: int) -> tuple[str, str]:
     """The baseline window, used when AST assembly is impossible and the caller gave no fallback."""
-    lines = text.splitlines(keepends=True) or [""]
-    line = max(0, min(line, len(lines) - 1))
-    column = max(0, min(column, len(lines[line].rstrip("\r\n"))))
+    line, column = clamp_cursor(text, line, column)
     window = baseline_window(text, line, column, count_tokens=count_tokens, budget_tokens=budget)
     return window.prefix, window.suffix
 
@@ -252,14 +250,15 @@ def _whole_file(text: str, line: int, column: int, count_tokens: TokenCounter, b
     tokens = exact(text)
     if tokens > budget:
         return None
-    lines = text.splitlines(keepends=True)
-    line = max(0, min(line, len(lines) - 1)) if lines else 0
-    cursor = sum(len(x) for x in lines[:line]) + min(column, len(lines[line].rstrip("\r\n")) if lines else 0)
-    prefix, suffix = text[:cursor], text[cursor:]
+    line, column = clamp_cursor(text, line, column)
+    lines, before, after = split_at_cursor(text, line, column)
+    prefix = "".join(lines[:line]) + before
+    suffix = after + "".join(lines[line + 1:])
+    cursor = len(prefix)
     shown = exact(prefix) + exact(suffix)  # the cut at the cursor may split a token
     if shown > budget:
         return None
-    whole = ContextBlock(kind="file", name="whole file", start_line=0, end_line=max(0, len(lines) - 1),
+    whole = ContextBlock(kind="file", name="whole file", start_line=0, end_line=text.count("\n"),
                          form="whole", tokens=shown, reason=f"the whole file fits the budget ({shown} <= {budget})")
     return AssembledContext(
         prefix=prefix, suffix=suffix, strategy="whole-file", fallback_reason=None, blocks=[whole], dropped=[],
@@ -398,11 +397,7 @@ def _assemble(
         filled = _fill_below(parsed, enc, chosen, total, budget, estimate_lines, prompt_tokens,
                              lambda kept, suffix: render_prompt(kept, enc.prefix_pieces, suffix, lang, file_lines))
         if filled is not None:
-            rendered, total, kept, below = filled
-            covered = [c for c in chosen if c not in kept]
-            for c in covered:
-                c.drop_reason = "shown verbatim in the lines below the enclosing block"
-            chosen = kept
+            rendered, total, chosen, below = filled
             t = _check(deadline, timings, "fill", t)
     blocks = [ContextBlock(kind=enc.kind, name=enc.name, start_line=enc.start_line, end_line=enc.end_line,
                            form=enc.form, tokens=enc.tokens, reason=enc.reason)]
@@ -436,21 +431,19 @@ def _fill_below(
     slack = budget - total
     end = first - 1
     kept = list(chosen)
+    def covered(c: Candidate, last: int) -> bool:
+        return c.chosen is not None and bool(c.chosen.pieces) and all(
+            first <= p.start_line and p.end_line <= last for p in c.chosen.pieces)
+
     while end < last_line:
         cost = estimate_lines(end + 1, end + 1)
-        freed = 0
-        for c in kept:
-            pieces = c.chosen.pieces if c.chosen is not None else []
-            if pieces and all(first <= p.start_line and p.end_line <= end + 1 for p in pieces):
-                freed += c.chosen.tokens if c.chosen is not None else 0
+        newly = [c for c in kept if covered(c, end + 1)]
+        freed = sum(c.chosen.tokens for c in newly if c.chosen is not None)
         if cost > slack + freed:
             break
         end += 1
-        if freed:
-            kept = [c for c in kept if not (c.chosen is not None and c.chosen.pieces and all(
-                first <= p.start_line and p.end_line <= end for p in c.chosen.pieces))]
-            slack += freed
-        slack -= cost
+        kept = [c for c in kept if c not in newly]
+        slack += freed - cost
     if end < first:
         return None
     for _attempt in range(4):

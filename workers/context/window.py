@@ -30,11 +30,25 @@ class Window:
     tokens: int
 
 
-def split_at_cursor(text: str, line: int, column: int) -> tuple[list[str], str, str]:
-    """Lines of the file (with their endings) and the cursor line cut in two."""
+def _cursor_lines(text: str) -> list[str]:
+    """Lines of the file with their endings, and the empty line after a trailing newline (a
+    valid cursor position: the end of the file)."""
     lines = text.splitlines(keepends=True)
     if not lines or lines[-1].endswith(("\n", "\r")):
-        lines.append("")  # the empty line after a trailing newline is a valid cursor position
+        lines.append("")
+    return lines
+
+
+def clamp_cursor(text: str, line: int, column: int) -> tuple[int, int]:
+    """The nearest valid cursor position (for callers that degrade rather than reject)."""
+    lines = _cursor_lines(text)
+    line = max(0, min(line, len(lines) - 1))
+    return line, max(0, min(column, len(lines[line].rstrip("\r\n"))))
+
+
+def split_at_cursor(text: str, line: int, column: int) -> tuple[list[str], str, str]:
+    """Lines of the file (with their endings) and the cursor line cut in two."""
+    lines = _cursor_lines(text)
     if line >= len(lines):
         raise CursorOutOfRange(f"line {line} is past the end of the file ({len(lines)} lines)")
     current = lines[line]

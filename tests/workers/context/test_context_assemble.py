@@ -285,3 +285,10 @@ def test_budget_left_after_packing_goes_to_the_lines_below(count_tokens: Counter
     # A file of more than two budgets is not filled: its prompt is prefill time.
     far = assemble_context(text, "steps.py", line, column, **{**kw, "budget_tokens": count_tokens(text) // 3})
     assert not any(b.kind == "below" for b in far.blocks)
+
+
+def test_a_whole_file_keeps_a_cursor_on_the_empty_line_after_the_last_newline(count_tokens: Counter) -> None:
+    text = "def add(a, b):\n    return a + b\n"
+    ctx = assemble_context(text, "add.py", 2, 0, count_tokens=count_tokens, timeout_ms=2000)
+    assert ctx.strategy == "whole-file"
+    assert (ctx.prefix, ctx.suffix) == (text, "")
