@@ -639,9 +639,7 @@ def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_e
     tree_bytes = parsed.parsed_bytes
     while end > fn.decl_start_byte and tree_bytes[end - 1] in b" \t":
         end -= 1
-    node = root.descendant_for_byte_range(fn.decl_start_byte, end)
-    intact = node is not None and node.type == fn.node_type and node.start_byte == fn.decl_start_byte \
-        and node.end_byte == end
+    intact = _spans(parsed, fn, end)
     # ...with no parse error outside it. A tree broken by the edit is not a new structure to
     # believe: half-typed code inside a function (a header with its block below, an open string)
     # leaves the declarations what they were, and the table stays the last sound one, shifted,
@@ -656,8 +654,7 @@ def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_e
     # edit of that line (a docstring being written) changes the function's doc and nothing else.
     new_doc: str | None = None
     if parsed.language == "python" and not in_signature:
-        body = previous.tree.root_node.descendant_for_byte_range(fn.body_start_byte, fn.body_end_byte)
-        first = body.named_child(0) if body is not None and body.named_child_count else None
+        body, first = _first_statement(previous, fn)
         if first is None:
             return None
         if (_py_docstring(body, previous.source) is not None and start <= first.end_byte
@@ -686,20 +683,16 @@ def _shifted_past_inert_edit(parsed: ParsedFile, previous: ParsedFile, table: Fi
         return None  # touches a declaration's own lines (its name, decorators, doc comment)
     holders = [s for s in table.symbols if s.is_container and s.body_start_byte is not None
                and s.body_end_byte is not None and s.body_start_byte < start and old_end <= s.body_end_byte]
+    holder = min(holders, key=lambda s: s.end_byte - s.start_byte) if holders else None
     root = parsed.tree.root_node
-    delta = new_end - old_end
-    if holders:
-        holder = min(holders, key=lambda s: s.end_byte - s.start_byte)
-        end = holder.end_byte + delta
-        node = root.descendant_for_byte_range(holder.decl_start_byte, end)
-        if node is None or node.type != holder.node_type or node.start_byte != holder.decl_start_byte \
-                or node.end_byte != end:
+    if holder is not None:
+        end = holder.end_byte + new_end - old_end
+        if not _spans(parsed, holder, end):
             return None  # e.g. a placeholder at column 0 inside a class: the class ends there
         if root.has_error and _has_error_outside(parsed, holder.decl_start_byte, end):
             return None
         if parsed.language == "python":  # not before the class's docstring (its doc)
-            body = previous.tree.root_node.descendant_for_byte_range(holder.body_start_byte, holder.body_end_byte)
-            first = body.named_child(0) if body is not None and body.named_child_count else None
+            first = _first_statement(previous, holder)[1]
             if first is None or start <= first.end_byte:
                 return None
     elif root.has_error and not previous.tree.root_node.has_error:
@@ -708,11 +701,24 @@ def _shifted_past_inert_edit(parsed: ParsedFile, previous: ParsedFile, table: Fi
         # Each placeholder on the edited line, before and after, must be a statement of the
         # container's own body (or of the module): one indented under a definition above it
         # would have become that definition's body.
-        body_start = holders and min(holders, key=lambda s: s.end_byte - s.start_byte).body_start_byte
-        for version, first, last in ((previous, start, old_end), (parsed, start, new_end)):
-            if not _placeholders_belong_to(version, first, last, body_start or None):
+        body_start = holder.body_start_byte if holder is not None else None
+        for version, first_byte, last_byte in ((previous, start, old_end), (parsed, start, new_end)):
+            if not _placeholders_belong_to(version, first_byte, last_byte, body_start):
                 return None
     return _moved(table, previous, parsed, start, old_end, new_end, None, None), False
+
+
+def _spans(parsed: ParsedFile, sym: Symbol, end: int) -> bool:
+    """Is ``sym`` still one node of its type from its declaration's start to ``end`` in the new tree?"""
+    node = parsed.tree.root_node.descendant_for_byte_range(sym.decl_start_byte, end)
+    return node is not None and node.type == sym.node_type and node.start_byte == sym.decl_start_byte \
+        and node.end_byte == end
+
+
+def _first_statement(version: ParsedFile, sym: Symbol) -> tuple[Node | None, Node | None]:
+    """``sym``'s body node in ``version``'s tree and the body's first statement."""
+    body = version.tree.root_node.descendant_for_byte_range(sym.body_start_byte, sym.body_end_byte)
+    return body, (body.named_child(0) if body is not None and body.named_child_count else None)
 
 
 def _placeholders_belong_to(version: ParsedFile, start: int, end: int, body_start: int | None) -> bool:
