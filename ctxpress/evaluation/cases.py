@@ -193,6 +193,11 @@ def _file_candidates(repo: Path, path: Path, min_lines: int, max_lines: int = 0,
     return out
 
 
+def cursor_spots(path: Path) -> list[tuple[int, list[int]]]:
+    """Where ``make_cases`` may put a cursor in one file: (line, columns) inside function bodies."""
+    return _file_candidates(path.parent, path, 0)
+
+
 def _string_lines(lines: list[str]) -> set[int]:
     """Lines inside triple-quoted strings (docstrings are prose, not code to complete)."""
     inside, quote, out = False, "", set()

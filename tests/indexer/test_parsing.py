@@ -90,6 +90,18 @@ def test_blanked_line_parses_cleanly_in_the_middle_of_a_block() -> None:
     assert not c_parsed.tree.root_node.has_error
 
 
+def test_a_short_line_dedented_inside_a_block_is_blanked_not_kept() -> None:
+    # "x" typed at column 0 of an empty line in a method: kept, it would end the method and
+    # the class (the lines below become a stray indented block); blank, they stay in it.
+    text = "class A:\n    def f(self):\n        a = 1\nx\n        return a\n\n    def g(self):\n        pass\n"
+    parsed = TreeCache().get("m.py", text, "python", blank_line=3)
+    assert parsed.parsed_bytes == text.replace("\nx\n", "\n \n").encode()
+    assert [(s.name, s.end_line) for s in extract_symbols(parsed).symbols] == [("A", 7), ("f", 4), ("g", 7)]
+    # a short header under a line indented no deeper than it is kept (it opens the block below)
+    header = "def f():\n    for\n        y = 1\n"
+    assert TreeCache().get("m.py", header, "python", blank_line=1).parsed_bytes == header.encode()
+
+
 def test_typing_on_the_blanked_line_keeps_tree_and_symbols() -> None:
     cache = TreeCache()
     base = SOURCE.replace("    return x + 7\n", "    return x + 7\n    y = 1\n")

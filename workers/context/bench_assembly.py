@@ -1,10 +1,13 @@
 """Time context assembly alone on real files: ``python -m workers.context.bench_assembly FILE...``.
 
 Default: the file was opened (parsed once), then each request is one keystroke at a random
-cursor somewhere in the file (the worst case: every request a new spot). ``--typing``: keystrokes
-in sequence at a few spots, the steady state while someone types. Prints the median and
-p95 of assembly time per file with the model's own tokenizer (memoised, as in the worker),
-and the compression against the whole file.
+cursor somewhere in the file (a stress test: every request a new spot, any line, any column,
+including inside a line's indentation or a closing triple quote). ``--eval-cursors``: each request
+a new spot too, but shaped as the eval's cases and a completion request are: a cursor where
+``ctxpress eval`` would put one (a token boundary in a function body) and the rest of that line cut
+off. ``--typing``: keystrokes in sequence at a few spots, the steady state while someone types.
+Prints the median and p95 of assembly time per file with the model's own tokenizer (memoised,
+as in the worker), and the compression against the whole file.
 """
 
 from __future__ import annotations
@@ -57,6 +60,31 @@ def bench_file(path: Path, count_tokens, requests: int, budget: int, seed: int) 
             "stage_p95_ms": _stages(stages), "compression_median": statistics.median(ratios) if ratios else 0.0}
 
 
+def bench_eval_cursors(path: Path, count_tokens, requests: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Each request a new cursor of the kind the eval picks, with the rest of its line cut."""
+    from ctxpress.evaluation.cases import cursor_spots, cut_out
+
+    text = path.read_text(encoding="utf-8")
+    spots = cursor_spots(path)
+    rng = random.Random(seed)
+    warm_file(str(path), text, count_tokens=count_tokens)
+    times, ratios, fallbacks = [], [], 0
+    stages: list[dict[str, float]] = []
+    for _ in range(requests):
+        line, columns = rng.choice(spots)
+        column = rng.choice(columns)
+        ctx = assemble_context(cut_out(text, line, column)[0], str(path), line, column, count_tokens=count_tokens,
+                               budget_tokens=budget, timeout_ms=1000.0)
+        times.append(ctx.elapsed_ms)
+        stages.append(ctx.timings_ms)
+        fallbacks += ctx.strategy == "window-fallback"
+        if ctx.context_tokens:
+            ratios.append(ctx.file_tokens / ctx.context_tokens)
+    return {"file": str(path), "lines": text.count("\n"), "requests": requests, "median_ms": statistics.median(times),
+            "p95_ms": _percentile(times, 95), "max_ms": max(times), "fallbacks": fallbacks,
+            "stage_p95_ms": _stages(stages), "compression_median": statistics.median(ratios) if ratios else 0.0}
+
+
 def bench_typing(path: Path, count_tokens, spots: int, chars: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """The steady state while someone types: at each of ``spots`` lines inside functions, the
     line is typed again character by character (``chars`` keystrokes), one assembly per keystroke."""
@@ -92,6 +120,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--typing", action="store_true",
                         help="keystrokes typed in sequence at a few spots (the steady state) instead of random jumps")
+    parser.add_argument("--eval-cursors", action="store_true",
+                        help="each request a new cursor where the eval puts one, the rest of its line cut")
     args = parser.parse_args()
     from ctxpress.settings import get_settings
     from serving.tokenizer import Tokenizer, memoized_counter
@@ -103,8 +133,12 @@ def main() -> int:
     exact_counter(memoized(count))  # its one-time self-check, as the worker does at start-up
     rows = []
     for path in args.files:
-        row = (bench_typing(path, count, max(1, args.requests // 20), 20, args.budget, args.seed) if args.typing
-               else bench_file(path, count, args.requests, args.budget, args.seed))
+        if args.typing:
+            row = bench_typing(path, count, max(1, args.requests // 20), 20, args.budget, args.seed)
+        elif args.eval_cursors:
+            row = bench_eval_cursors(path, count, args.requests, args.budget, args.seed)
+        else:
+            row = bench_file(path, count, args.requests, args.budget, args.seed)
         rows.append(row)
         print(f"{path.name:<28} {row['lines']:>6} lines  median {row['median_ms']:6.2f} ms  "
               f"p95 {row['p95_ms']:6.2f} ms  max {row['max_ms']:6.1f} ms  fallbacks {row['fallbacks']}"

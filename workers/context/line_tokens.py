@@ -112,9 +112,9 @@ class _LineCounts:
     """Per-line token counts of one file version; prefix sums once every line is known, so that
     a range costs two lookups (packing asks for thousands of ranges' sizes per request)."""
 
-    def __init__(self, values: list[int | None]) -> None:
+    def __init__(self, values: list[int | None], missing: int | None = None) -> None:
         self.values = values
-        self.missing = sum(1 for v in values if v is None)
+        self.missing = sum(1 for v in values if v is None) if missing is None else missing
         self.prefix: list[int] | None = None
         if not self.missing:
             self.prefix = list(accumulate(values, initial=0))  # type: ignore[arg-type]
@@ -145,15 +145,17 @@ def _carried_counts(parsed: ParsedFile, key: str, count_tokens: TokenCounter) ->
     if len(values) != parsed.line_count:
         return None  # not the edit it claims to be: count afresh
     shift = new_last - old_last
+    recount = set(range(first, new_last + 1))
     for line in (parsed.blanked_line, previous.blanked_line):
         if line is not None:
             moved = line + shift if line > old_last else line
             if 0 <= moved < len(values):
                 values[moved] = None
+                recount.add(moved)
     if before.prefix is not None:  # the few changed lines now, and the sums are ready
-        for i, v in enumerate(values):
-            if v is None:
-                values[i] = count_tokens(parsed.lines_text(i, i))
+        for i in recount:
+            values[i] = count_tokens(parsed.lines_text(i, i))
+        return _LineCounts(values, missing=0)
     return _LineCounts(values)
 
 

@@ -65,45 +65,53 @@ def _occurrences(text: bytes, word: bytes) -> list[int]:
 
 
 class _WordIndex:
-    """Where words occur in a file *without its cursor line*, found once and reused while the
-    user types on that line (the rest of the file is unchanged; two substring passes over a
+    """Where words occur in one version of a file, found once per word and reused for every
+    later version that differs from it on the cursor line only: while the user types on that
+    line, and at each new cursor of a file otherwise as it was (two substring passes over a
     100-200 KB file per query word were ~2 ms of every request)."""
 
-    def __init__(self, line: int, rest: bytes, starts: list[int], width: int) -> None:
-        self.line, self.rest, self._starts, self._width = line, rest, starts, width
+    def __init__(self, text: bytes, starts: list[int]) -> None:
+        self.text, self.starts = text, starts
         self._counts: dict[bytes, int] = {}
         self._lines: dict[bytes, frozenset[int]] = {}
 
+    def same_but_line(self, text: bytes, starts: list[int], line: int) -> bool:
+        """Is ``text`` this version with at most line ``line`` changed?"""
+        mine = self.starts
+        return (len(mine) == len(starts) and mine[line] == starts[line]
+                and self.text[:mine[line]] == text[:starts[line]]
+                and self.text[mine[line + 1]:] == text[starts[line + 1]:])
+
+    def line_text(self, line: int) -> bytes:
+        return self.text[self.starts[line]:self.starts[line + 1]]
+
     def count(self, word: bytes) -> int:
-        """Substring count in the rest of the file."""
+        """Substring count in this version."""
         n = self._counts.get(word)
         if n is None:
-            n = self._counts[word] = self.rest.count(word)
+            n = self._counts[word] = self.text.count(word)
         return n
 
     def lines(self, word: bytes) -> frozenset[int]:
-        """Lines of the rest where ``word`` occurs as an identifier (file line numbers)."""
+        """Lines where ``word`` occurs as an identifier."""
         found = self._lines.get(word)
         if found is None:
-            cut, starts = self._starts[self.line], self._starts
-            found = self._lines[word] = frozenset(
-                bisect_right(starts, pos if pos < cut else pos + self._width) - 1
-                for pos in _occurrences(self.rest, word))
+            starts = self.starts
+            found = self._lines[word] = frozenset(bisect_right(starts, pos) - 1
+                                                  for pos in _occurrences(self.text, word))
         return found
 
 
-# path -> the word index of its latest cursor line (see _WordIndex)
+# path -> the word index of a recent version of it (see _WordIndex)
 _WORD_INDEXES: dict[str, _WordIndex] = {}
 _WORD_INDEX_FILES = 64
 
 
 def _word_index(parsed: ParsedFile, line: int, starts: list[int]) -> _WordIndex:
-    text = parsed.source
-    rest = text[:starts[line]] + text[starts[line + 1]:]
     known = _WORD_INDEXES.get(parsed.path)
-    if known is not None and known.line == line and known.rest == rest:
+    if known is not None and known.same_but_line(parsed.source, starts, line):
         return known
-    index = _WordIndex(line, rest, starts, min(starts[line + 1], len(text)) - starts[line])
+    index = _WordIndex(parsed.source, starts)
     if len(_WORD_INDEXES) >= _WORD_INDEX_FILES:
         _WORD_INDEXES.clear()
     _WORD_INDEXES[parsed.path] = index
@@ -156,13 +164,16 @@ def similar_candidates(
         return []
     # Where the query's rarest words occur. Substring counts (fast) pick them; a word on more than
     # a third of the lines says little about similarity and is not looked up.
+    # (counted in the indexed version, whose cursor line may differ: that line is recounted)
     words = _word_index(parsed, line, starts)
     cursor_text = text[starts[line]:starts[line + 1]]
-    counts = {w: words.count(w) + cursor_text.count(w) for w in query}
+    indexed_text = words.line_text(line)
+    counts = {w: words.count(w) - indexed_text.count(w) + cursor_text.count(w) for w in query}
     rare = sorted((c, w) for w, c in counts.items() if 0 < c <= n // 3)[:MAX_QUERY_WORDS]
     lines_of: dict[bytes, set[int]] = {}
     for _count, word in rare:
         found = set(words.lines(word))
+        found.discard(line)
         if _occurrences(cursor_text, word):
             found.add(line)
         if found:

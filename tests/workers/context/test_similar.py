@@ -75,3 +75,28 @@ def test_assembled_prompt_shows_the_similar_call_and_the_feature_switches_it_off
                            timeout_ms=2000, similar=False, **CROP_ONLY)
     assert not any(b.kind == "similar" for b in off.blocks)
     assert "info_cache=self.info_cache," not in off.prefix
+
+
+
+def _snapshot(found):  # type: ignore[no-untyped-def]
+    return [(c.start_line, c.end_line, c.reason, c.forms[0].pieces[0].text) for c in found]
+
+
+def test_the_word_index_of_a_version_serves_a_later_one_that_differs_on_the_cursor_line() -> None:
+    from workers.context import similar
+
+    line = _cursor(SOURCE)[0]
+    similar._WORD_INDEXES.clear()
+    # a request higher up indexes the file as it is...
+    similar_candidates(parse_text(SOURCE, "python", "r.py"), 2, 10, [(0, 6)], _estimate, 5)
+    indexed = similar._WORD_INDEXES["r.py"]
+    # ...and a request at the last line, typed on since, reuses it (that line recounted)
+    typed = SOURCE + "filter_names=names,"
+    found = similar_candidates(parse_text(typed, "python", "r.py"), line, len("        filter_names=names,"),
+                               [(line - 2, line)], _estimate, 5)
+    assert similar._WORD_INDEXES["r.py"] is indexed
+    similar._WORD_INDEXES.clear()
+    fresh = similar_candidates(parse_text(typed, "python", "r.py"), line, len("        filter_names=names,"),
+                               [(line - 2, line)], _estimate, 5)
+    assert similar._WORD_INDEXES["r.py"] is not indexed
+    assert found and _snapshot(found) == _snapshot(fresh)
