@@ -67,6 +67,9 @@ class FileSymbols:
     # _shifted_symbols) until the tree is whole again.
     provisional: bool = False
     broken_in: int | None = None  # provisional: the function whose half-typed code broke the tree
+    # Lookups other modules build from the names, kinds and owners (by symbol index); a shifted
+    # table has the same ones, so they are carried over instead of built again at every keystroke.
+    lookups: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def language(self) -> str:
@@ -1007,14 +1010,17 @@ def cheap_symbols(parsed: ParsedFile, _depth: int = 0) -> FileSymbols | None:
         # A halfway version (two separate edits parsed one after the other) shifts first.
         cheap_symbols(edit[0], _depth + 1)
     shifted = _shifted_symbols(parsed, *edit) if edit is not None else None
+    lookups: dict[str, object] = {}
     if shifted is None:
         spliced = _spliced_symbols(parsed, *edit) if edit is not None else None
         if spliced is None:
             return None
         shifted = spliced, None
+    elif edit is not None:
+        lookups = dict(edit[0].derived["symbols"].lookups)  # type: ignore[union-attr]
     symbols, broken_in = shifted
     table = FileSymbols(parsed=parsed, symbols=symbols, shifted=True, provisional=broken_in is not None,
-                        broken_in=broken_in)
+                        broken_in=broken_in, lookups=lookups)
     parsed.derived["symbols"] = table
     return table
 
@@ -1072,8 +1078,11 @@ def _language_of(language: str):  # type: ignore[no-untyped-def]
     return get_language(language)  # type: ignore[arg-type]
 
 
-def references_in_range(parsed: ParsedFile, start_byte: int, end_byte: int) -> list[Reference]:
-    """Identifier uses inside a byte range, from the syntax tree (so strings and comments never count)."""
+def references_in_range(parsed: ParsedFile, start_byte: int, end_byte: int,
+                        names: frozenset[bytes] | set[bytes] | None = None) -> list[Reference]:
+    """Identifier uses inside a byte range, from the syntax tree (so strings and comments never
+    count); with ``names``, only uses of those (a caller resolving against a symbol table skips
+    the locals and builtins that make up most of a body)."""
     if parsed.language not in _REF_QUERIES:
         return []
     cursor = QueryCursor(_query(parsed.language))
@@ -1085,7 +1094,10 @@ def references_in_range(parsed: ParsedFile, start_byte: int, end_byte: int) -> l
         for node in nodes:
             if node.start_byte < start_byte or node.end_byte > end_byte:
                 continue
-            name = src[node.start_byte : node.end_byte].decode("utf-8", "replace")
+            raw = src[node.start_byte : node.end_byte]
+            if names is not None and raw not in names:
+                continue
+            name = raw.decode("utf-8", "replace")
             receiver: str | None = None
             is_member = capture_name == "m"
             parent = node.parent

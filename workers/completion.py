@@ -104,6 +104,9 @@ class Prepared:
     digest: str
     features: dict[str, bool]
     stable_chars: int = 0  # prefix[:stable_chars] changes least: cross-file chunks go after it
+    # The enclosing block up to the cursor: the prefix's last block_chars characters (cross-file
+    # chunks go before it), which block_in_middle moves into the FIM middle.
+    block_chars: int = 0
 
 
 class CompletionService:
@@ -266,8 +269,16 @@ class CompletionService:
         stable = prepared.prefix[:prepared.stable_chars]
         if not stable:
             return
-        # The live prompt will start the same way (see fim_prompt): the stable part is its head.
-        head = (FIM_SUFFIX + prepared.suffix + FIM_PREFIX + stable) if features["suffix_first"] else FIM_PREFIX + stable
+        # The live prompt will start the same way (see fim_prompt): the stable part is its head,
+        # and when the middle opens with the block or the cursor line, all that comes before it.
+        middle_from = _middle_from(request, prepared)
+        if features["suffix_first"]:
+            head = FIM_SUFFIX + prepared.suffix + FIM_PREFIX + stable
+        elif middle_from is not None:
+            prompt = fim_prompt(prepared.prefix, prepared.suffix, middle_from=middle_from)
+            head = prompt[:len(prompt) - (len(prepared.prefix) - middle_from)]
+        else:
+            head = FIM_PREFIX + stable
         result = await self.triton.complete(
             head,
             max_tokens=0, timeout_s=self.settings.triton_timeout_s,
@@ -353,7 +364,8 @@ class CompletionService:
             blocks=[BlockReport(**vars(b)) for b in ctx.blocks],
             dropped=[BlockReport(**vars(b)) for b in ctx.dropped],
         )
-        return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled, stable_chars=ctx.stable_chars)
+        return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled, stable_chars=ctx.stable_chars,
+                        block_chars=0 if ctx.strategy == "window-fallback" else len(ctx.prefix) - ctx.stable_chars)
 
     def _wants_retrieval(self, request: CompletionRequest) -> bool:
         return (self.retriever is not None and request.mode == "optimized"
@@ -422,7 +434,8 @@ class CompletionService:
         try:
             result = await self.triton.complete(
                 fim_prompt(prepared.prefix, prepared.suffix,
-                           suffix_first=request.mode == "optimized" and prepared.features.get("suffix_first", False)),
+                           suffix_first=request.mode == "optimized" and prepared.features.get("suffix_first", False),
+                           middle_from=_middle_from(request, prepared)),
                 max_tokens=request.max_tokens,
                 stop_words=STOP_WORDS,
                 timeout_s=self.settings.triton_timeout_s,
@@ -463,6 +476,18 @@ class CompletionService:
             draft_tokens_accepted=result.figures.get(protocol.CTX_DRAFT_ACCEPTED),
             features=prepared.features,
         )
+
+
+def _middle_from(request: CompletionRequest, prepared: Prepared) -> int | None:
+    """Where the FIM middle starts in the prefix (see serving.fim.fim_prompt), None: at its end."""
+    if request.mode != "optimized":
+        return None
+    if prepared.features.get("block_in_middle", False) and prepared.block_chars > 0:
+        return len(prepared.prefix) - prepared.block_chars
+    if prepared.features.get("line_in_middle", False) or prepared.features.get("block_in_middle", False):
+        # (a window has no block: its cursor line is what changes)
+        return prepared.prefix.rfind("\n") + 1
+    return None
 
 
 def _lowest_cpu_priority() -> None:

@@ -9,6 +9,8 @@ cursor matters more than one used 200 lines up.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from indexer.symbols import DECLARATION_KINDS, FileSymbols, Reference, Symbol, line_references, references_in_range
 from workers.context.blocks import symbol_candidate
 from workers.context.packing import TIER_REFERENCED, Candidate
@@ -38,22 +40,41 @@ def _go_receiver_name(table: FileSymbols, sym: Symbol | None) -> str | None:
     return parts[0] if len(parts) >= 2 else None
 
 
+class _Lookups(NamedTuple):
+    top_by_name: dict[str, list[int]]  # bare name -> module-level symbols (indices)
+    members_by_owner: dict[str, dict[str, list[int]]]  # owner -> member name -> symbols
+    names: frozenset[bytes]  # every name either can match, for references_in_range
+
+
+def _lookups(table: FileSymbols) -> _Lookups:
+    """Per table (and carried over while it is only shifted: see FileSymbols.lookups)."""
+    found = table.lookups.get("references")
+    if isinstance(found, _Lookups):
+        return found
+    top_by_name: dict[str, list[int]] = {}
+    for s in table.top_level():
+        if s.kind in DECLARATION_KINDS or s.kind == "namespace":
+            continue
+        for part in s.name.split(", "):
+            top_by_name.setdefault(part, []).append(s.index)
+    members_by_owner: dict[str, dict[str, list[int]]] = {}
+    for s in table.symbols:
+        if s.owner and s.kind not in DECLARATION_KINDS:
+            members_by_owner.setdefault(s.owner, {}).setdefault(s.name, []).append(s.index)
+    names = frozenset(n.encode("utf-8") for n in (*top_by_name, *(m for ms in members_by_owner.values() for m in ms)))
+    table.lookups["references"] = found = _Lookups(top_by_name, members_by_owner, names)
+    return found
+
+
 def resolve(
     table: FileSymbols, refs: list[Reference], enclosing: Symbol | None, cursor_line: int
 ) -> dict[int, tuple[int, int, int]]:
     """symbol index -> (nearest distance in lines, number of uses, first use line)."""
     lang = table.language
-    top_by_name: dict[str, list[Symbol]] = {}
-    for s in table.top_level():
-        if s.kind in DECLARATION_KINDS or s.kind == "namespace":
-            continue
-        for part in s.name.split(", "):
-            top_by_name.setdefault(part, []).append(s)
+    symbols = table.symbols
+    lookups = _lookups(table)
+    top_by_name, members_by_owner = lookups.top_by_name, lookups.members_by_owner
     owner = enclosing.owner if enclosing is not None else None
-    members_by_owner: dict[str, dict[str, list[Symbol]]] = {}
-    for s in table.symbols:
-        if s.owner and s.kind not in DECLARATION_KINDS:
-            members_by_owner.setdefault(s.owner, {}).setdefault(s.name, []).append(s)
     self_names = set(SELF_NAMES.get(lang, frozenset()))
     recv = _go_receiver_name(table, enclosing)
     if recv:
@@ -79,17 +100,17 @@ def resolve(
                 target_owner = ref.receiver  # Type.member / Type::member
             if target_owner is None:
                 continue
-            for sym in members_by_owner.get(target_owner, {}).get(ref.name, []):
-                hit(sym, ref)
+            for i in members_by_owner.get(target_owner, {}).get(ref.name, ()):
+                hit(symbols[i], ref)
             continue
         if lang in IMPLICIT_MEMBERS and owner is not None:
             members = members_by_owner.get(owner, {}).get(ref.name)
             if members:
-                for sym in members:
-                    hit(sym, ref)
+                for i in members:
+                    hit(symbols[i], ref)
                 continue
-        for sym in top_by_name.get(ref.name, []):
-            hit(sym, ref)
+        for i in top_by_name.get(ref.name, ()):
+            hit(symbols[i], ref)
     return hits
 
 
@@ -102,7 +123,8 @@ def referenced_candidates(
 ) -> list[Candidate]:
     """Candidates for the symbols used in the byte range ``region``, nearest use first."""
     parsed = table.parsed
-    refs = references_in_range(parsed, region[0], region[1])
+    # only the names resolve() can match (locals and builtins make up most of a body)
+    refs = references_in_range(parsed, region[0], region[1], _lookups(table).names)
     blanked = parsed.blanked_line
     if blanked is not None and region[0] <= parsed.line_byte(blanked) < region[1]:
         refs += line_references(parsed, blanked)  # the cursor line is not in the tree
