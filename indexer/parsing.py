@@ -445,6 +445,11 @@ class TreeCache:
     def __init__(self, max_files: int = 256) -> None:
         self._max_files = max_files
         self._entries: OrderedDict[tuple[str, str], ParsedFile] = OrderedDict()
+        # The last version of each file parsed as it is (no blanked line: opened, saved): a
+        # request at a new cursor of a file otherwise unchanged since is one edit away from it,
+        # where the latest version is two (its own blanked line back, the new one blanked).
+        self._bases: dict[tuple[str, str], ParsedFile] = {}
+        self.from_base = 0
         self._lock = threading.Lock()
         self._file_locks: dict[tuple[str, str], threading.Lock] = {}
         self.hits = 0
@@ -471,10 +476,10 @@ class TreeCache:
         # One parse per file at a time: in-file assembly and the retrieval query ask for the same
         # version at once, and the second should find it rather than parse it again.
         with file_lock:
-            return self._get_locked(key, path, source, tree_source, language, blank_line)
+            return self._get_locked(key, path, source, tree_source, language, blank_line, bounds)
 
     def _get_locked(self, key: tuple[str, str], path: str, source: bytes, tree_source: bytes, language: str,
-                    blank_line: int | None) -> ParsedFile:
+                    blank_line: int | None, bounds: tuple[int, int] | None = None) -> ParsedFile:
         with self._lock:
             cached = self._entries.get(key)
             if cached is not None:
@@ -491,16 +496,36 @@ class TreeCache:
             cached.derived.pop(EDITED_TREE_KEY, None)
             parsed.derived[EDIT_KEY] = (cached, at, at, at)
         else:
-            parsed = self._parse(path, tree_source, language, cached)
+            base = self._bases.get(key)
+            if (bounds is not None and base is not None and cached is not None and base is not cached
+                    and cached.blanked_line != blank_line and _same_but_line(base, source, bounds)):
+                parsed = self._from_base(path, language, base, tree_source, bounds)
+            else:
+                parsed = self._parse(path, tree_source, language, cached)
         if tree_source is not source:
             parsed.source, parsed.tree_source, parsed.blanked_line = source, tree_source, blank_line
         with self._lock:
             self._entries[key] = parsed
             self._entries.move_to_end(key)
+            if blank_line is None:
+                self._bases[key] = parsed
             while len(self._entries) > self._max_files:
                 evicted, _ = self._entries.popitem(last=False)
                 self._file_locks.pop(evicted, None)
+                self._bases.pop(evicted, None)
         return parsed
+
+    def _from_base(self, path: str, language: str, base: ParsedFile, tree_source: bytes,
+                   bounds: tuple[int, int]) -> ParsedFile:
+        """``tree_source`` parsed as one edit of ``base``, which it equals but on the line at ``bounds``."""
+        self.from_base += 1
+        old, (start, new_line_end) = base.parsed_bytes, bounds
+        old_line_end = new_line_end + len(old) - len(tree_source)
+        head = _common_prefix_len(old[start:old_line_end], tree_source[start:new_line_end])
+        tail = _common_suffix_len(old[start:old_line_end], tree_source[start:new_line_end],
+                                  min(old_line_end, new_line_end) - start - head)
+        return self._incremental(path, language, base, tree_source, start + head, old_line_end - tail,
+                                 new_line_end - tail, forget_predecessor=True)
 
     def apply_edit(
         self,
@@ -523,6 +548,8 @@ class TreeCache:
         with self._lock:
             for key in [k for k in self._entries if k[0] == path]:
                 del self._entries[key]
+            for key in [k for k in self._bases if k[0] == path]:
+                del self._bases[key]
 
     def _parse(self, path: str, source: bytes, language: str, cached: ParsedFile | None) -> ParsedFile:
         if cached is None:
@@ -585,6 +612,17 @@ class TreeCache:
         parsed.derived[EDIT_KEY] = (cached, start, old_end, new_end)
         parsed.derived[EDITED_TREE_KEY] = tree
         return parsed
+
+
+def _same_but_line(base: ParsedFile, source: bytes, bounds: tuple[int, int]) -> bool:
+    """Is ``source`` the text of ``base`` (parsed unblanked) but for the line at ``bounds``?"""
+    if base.tree_source is not None:
+        return False
+    old = base.source
+    start, end = bounds
+    old_end = end + len(old) - len(source)
+    return (old_end >= start and old[:start] == source[:start] and old[old_end:] == source[end:]
+            and old.count(b"\n", start, old_end) == source.count(b"\n", start, end))
 
 
 _SPACING = frozenset(b" \t")

@@ -651,7 +651,7 @@ def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_e
     tree_bytes = parsed.parsed_bytes
     while end > fn.decl_start_byte and tree_bytes[end - 1] in b" \t":
         end -= 1
-    intact = _spans(parsed, fn, end)
+    intact = _spans(parsed, fn, end) and (not root.has_error or _same_body_start(parsed, table, fn, start))
     # ...with no parse error outside it. A tree broken by the edit is not a new structure to
     # believe: half-typed code inside a function (a header with its block below, an open string)
     # leaves the declarations what they were, and the table stays the last sound one, shifted,
@@ -674,7 +674,16 @@ def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_e
             new_doc = _new_py_doc(parsed, fn.body_start_byte) if sound else None
             if new_doc is None:
                 return None
-    return _moved(table, previous, parsed, start, old_end, new_end, fn, new_doc), fn.index if provisional else None
+    moved = _moved(table, previous, parsed, start, old_end, new_end, fn, new_doc)
+    if end != fn.end_byte + delta:
+        # The function (and what ends with it) ends before the blanks that end the edited line,
+        # as a fresh tree has it.
+        for old, new in zip(table.symbols, moved, strict=True):
+            if new is not old and old.end_byte == fn.end_byte:
+                new.end_byte = end
+                if old.body_end_byte == fn.end_byte:
+                    new.body_end_byte = end
+    return moved, fn.index if provisional else None
 
 
 # What the cursor line's blanking leaves (see indexer.parsing.blank_line_bytes): spaces and the
@@ -735,10 +744,34 @@ def _spans(parsed: ParsedFile, sym: Symbol, end: int) -> bool:
         and node.end_byte == end
 
 
+def _same_body_start(parsed: ParsedFile, table: FileSymbols, fn: Symbol, start: int) -> bool:
+    """Does ``fn``'s body still start where it did (edited at ``start``)? In a broken tree error
+    recovery can take a half-typed first statement out of the body (a header ``if`` with nothing
+    after it), which the extractor would see."""
+    if fn.body_start_byte is None or fn.body_start_byte >= start:
+        return True  # (an edit before the body moves it: checked by the shift itself)
+    node = parsed.tree.root_node.descendant_for_byte_range(fn.decl_start_byte, fn.decl_start_byte)
+    while node is not None and not (node.start_byte == fn.decl_start_byte and node.type == fn.node_type):
+        node = node.parent
+    if node is None:
+        return False
+    extractor = _Extractor(parsed)
+    extractor.symbols = table.symbols  # (for the parent's kind only)
+    decls = extractor._classify(node, fn.parent, fn.owner)
+    return any(d.body is not None and d.body.start_byte == fn.body_start_byte and d.name == fn.name for d, _ in decls)
+
+
 def _first_statement(version: ParsedFile, sym: Symbol) -> tuple[Node | None, Node | None]:
     """``sym``'s body node in ``version``'s tree and the body's first statement."""
     body = version.tree.root_node.descendant_for_byte_range(sym.body_start_byte, sym.body_end_byte)
-    return body, (body.named_child(0) if body is not None and body.named_child_count else None)
+    # The smallest node over the body's bytes is its only statement (or its string) when it has
+    # just one: up to the block itself.
+    while body is not None and body.type != "block" and body.parent is not None \
+            and body.parent.start_byte == sym.body_start_byte:
+        body = body.parent
+    if body is None or body.type != "block":
+        return None, None
+    return body, (body.named_child(0) if body.named_child_count else None)
 
 
 def _placeholders_belong_to(version: ParsedFile, start: int, end: int, body_start: int | None) -> bool:

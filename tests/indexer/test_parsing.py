@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from indexer.parsing import TreeCache, detect_language, get_parser, is_supported, parse_text
-from indexer.symbols import cheap_symbols, extract_symbols
+from indexer.symbols import _Extractor, cheap_symbols, extract_symbols
 
 SOURCE = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(300))
 
@@ -130,6 +130,28 @@ def test_two_separate_edits_parse_as_two_small_ones() -> None:
     shifted = cheap_symbols(parsed)
     assert shifted is not None and shifted.shifted
     assert shifted.symbols == extract_symbols(parse_text(edited, "python")).symbols
+
+
+def test_a_new_cursor_in_a_file_unchanged_since_it_was_opened_is_one_edit_of_the_opened_version() -> None:
+    cache = TreeCache()
+    opened = cache.get("m.py", SOURCE, "python")  # as it is: the base
+    extract_symbols(opened)
+    lines = SOURCE.splitlines(keepends=True)
+    for line in (4, 850, 13):  # three cursors far apart, the line typed on each time
+        typed = "".join([*lines[:line], "    return x +\n", *lines[line + 1:]])
+        before = cache.incremental_parses
+        parsed = cache.get("m.py", typed, "python", blank_line=line)
+        assert cache.incremental_parses - before == 1  # not two: the last cursor's line back, this one blanked
+        assert str(parsed.tree.root_node) == str(parse_text(parsed.parsed_bytes.decode(), "python").tree.root_node)
+        table = cheap_symbols(parsed)  # shifted from the opened version's table, as a fresh one
+        assert table is not None and [s.name for s in table.symbols] == [f"f{i}" for i in range(300)]
+        assert all((a.start_line, a.end_line, a.body_start_byte) == (b.start_line, b.end_line, b.body_start_byte)
+                   for a, b in zip(table.symbols, _Extractor(parsed).run(), strict=True))
+    assert cache.from_base == 2  # (the first cursor's predecessor is the opened version itself)
+    # typed on at the last cursor: from the latest version, as before
+    again = "".join([*lines[:13], "    return x + 1\n", *lines[14:]])
+    cache.get("m.py", again, "python", blank_line=13)
+    assert cache.from_base == 2
 
 
 def test_a_line_inside_brackets_is_blanked_with_spaces() -> None:
