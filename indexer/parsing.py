@@ -445,7 +445,7 @@ class TreeCache:
     def __init__(self, max_files: int = 256) -> None:
         self._max_files = max_files
         self._entries: OrderedDict[tuple[str, str], ParsedFile] = OrderedDict()
-        # The last version of each file parsed as it is (no blanked line: opened, saved): a
+        # The last version of each file parsed as it is (no blanked line: warmed on file_opened): a
         # request at a new cursor of a file otherwise unchanged since is one edit away from it,
         # where the latest version is two (its own blanked line back, the new one blanked).
         self._bases: dict[tuple[str, str], ParsedFile] = {}
