@@ -118,6 +118,15 @@ def _word_index(parsed: ParsedFile, line: int, starts: list[int]) -> _WordIndex:
     return index
 
 
+# path -> the excerpts offered at a cursor line: (line, the word index they were found with,
+# [(start, end, reason)]). While the user types on that line, the same excerpts are offered again:
+# the query grows a word at a time, and an excerpt set that changed with it would change the
+# prompt before the enclosing block at every keystroke, and the engine would process it all again
+# (measured, retyping lines inside functions: 70 % of each prompt reused with a fresh query per
+# keystroke, 88 % without the similar lines at all).
+_OFFERED: dict[str, tuple[int, _WordIndex, list[tuple[int, int, str]]]] = {}
+
+
 def _idents(line: bytes) -> set[bytes]:
     return {w for w in _IDENT.findall(line) if len(w) >= MIN_IDENT_CHARS}
 
@@ -162,10 +171,16 @@ def similar_candidates(
     query, query_lines = _query(line_text, line, column)
     if not query:
         return []
+    words = _word_index(parsed, line, starts)
+    held = _OFFERED.get(parsed.path)
+    if held is not None and held[0] == line and held[1] is words:
+        # typed on at the same line, the rest of the file as it was: what was offered here
+        return [_candidate(text, starts, a, b, reason, rank, estimate_lines, marker_tokens)
+                for rank, (a, b, reason) in enumerate(r for r in held[2] if not any(
+                    x <= r[1] and r[0] <= y for x, y in shown))]
     # Where the query's rarest words occur. Substring counts (fast) pick them; a word on more than
     # a third of the lines says little about similarity and is not looked up.
     # (counted in the indexed version, whose cursor line may differ: that line is recounted)
-    words = _word_index(parsed, line, starts)
     cursor_text = text[starts[line]:starts[line + 1]]
     indexed_text = words.line_text(line)
     counts = {w: words.count(w) - indexed_text.count(w) + cursor_text.count(w) for w in query}
@@ -179,6 +194,7 @@ def similar_candidates(
         if found:
             lines_of[word] = found
     if not lines_of:
+        _OFFERED[parsed.path] = (line, words, [])
         return []
     idf = {w: math.log(1.0 + n / (1 + len(found))) for w, found in lines_of.items()}
     # The most a line could score: common words count at their (small) idf as if looked up.
@@ -217,13 +233,21 @@ def similar_candidates(
             continue
         while start < anchor and not line_text(start).strip():
             start += 1
-        excerpt = text[starts[start]:starts[end + 1] - 1].decode("utf-8", "replace") + "\n"
-        tokens = estimate_lines(start, end) + marker_tokens
-        out.append(Candidate(
-            kind="similar", name=f"lines {start + 1}-{end + 1}", start_line=start, end_line=end,
-            tier=TIER_SIMILAR, rank=len(out),
-            reason=f"resembles the code at the cursor (line {anchor + 1} shares {share:.0%} of its rare identifiers)",
-            forms=[Form("whole", [Piece(start, end, excerpt, verbatim=True)], tokens=tokens)],
-        ))
+        reason = f"resembles the code at the cursor (line {anchor + 1} shares {share:.0%} of its rare identifiers)"
+        out.append(_candidate(text, starts, start, end, reason, len(out), estimate_lines, marker_tokens))
         taken.append((start, end))
+    if len(_OFFERED) >= _WORD_INDEX_FILES:
+        _OFFERED.clear()
+    _OFFERED[parsed.path] = (line, words, [(c.start_line, c.end_line, c.reason) for c in out])
     return out
+
+
+def _candidate(text: bytes, starts: list[int], start: int, end: int, reason: str, rank: int,
+               estimate_lines: LineRangeTokens, marker_tokens: int) -> Candidate:
+    excerpt = text[starts[start]:starts[end + 1] - 1].decode("utf-8", "replace") + "\n"
+    return Candidate(
+        kind="similar", name=f"lines {start + 1}-{end + 1}", start_line=start, end_line=end,
+        tier=TIER_SIMILAR, rank=rank, reason=reason,
+        forms=[Form("whole", [Piece(start, end, excerpt, verbatim=True)],
+                    tokens=estimate_lines(start, end) + marker_tokens)],
+    )

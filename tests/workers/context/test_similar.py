@@ -100,3 +100,27 @@ def test_the_word_index_of_a_version_serves_a_later_one_that_differs_on_the_curs
                                [(line - 2, line)], _estimate, 5)
     assert similar._WORD_INDEXES["r.py"] is not indexed
     assert found and _snapshot(found) == _snapshot(fresh)
+
+
+def test_typing_on_at_the_same_line_keeps_the_excerpts_offered_there() -> None:
+    # Each keystroke's query differs (a word more); the excerpts must not, or the prompt before
+    # the enclosing block changes at every keystroke and its KV with it.
+    from workers.context import similar
+
+    similar._WORD_INDEXES.clear()
+    similar._OFFERED.clear()
+    line = _cursor(SOURCE)[0]
+    first = similar_candidates(parse_text(SOURCE + "info", "python", "r.py"), line, 4, [(line - 2, line)],
+                               _estimate, 5)
+    typed = SOURCE + "info_cache=self.info_cache, filter_names"
+    again = similar_candidates(parse_text(typed, "python", "r.py"), line, len("        info_cache=self.info_cache, "
+                                          "filter_names"), [(line - 2, line)], _estimate, 5)
+    assert first and _snapshot(again) == _snapshot(first)
+    # (asked afresh, the longer query would have offered something else)
+    similar._OFFERED.clear()
+    fresh = similar_candidates(parse_text(typed, "python", "r.py"), line, len("        info_cache=self.info_cache, "
+                                          "filter_names"), [(line - 2, line)], _estimate, 5)
+    assert _snapshot(fresh) != _snapshot(first)
+    # at another line of the same file: asked afresh
+    other = similar_candidates(parse_text(typed, "python", "r.py"), 2, 10, [(0, 6)], _estimate, 5)
+    assert similar._OFFERED["r.py"][0] == 2 and _snapshot(other) != _snapshot(first)
