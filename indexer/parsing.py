@@ -14,6 +14,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import AnyStr
 
 from tree_sitter import Parser, Point, Tree
 from tree_sitter_language_pack import get_parser as _pack_parser
@@ -372,7 +373,8 @@ def _continues_line(previous: ParsedFile | None, source: bytes, start: int) -> b
     return above.endswith(_CONTINUES) or source[start:start + 200].lstrip()[:1] in (b")", b"]", b"}")
 
 
-def _common_prefix_len(a: bytes, b: bytes) -> int:
+def common_prefix_len(a: AnyStr, b: AnyStr) -> int:
+    """Length of the longest common prefix of two texts (bytes or str)."""
     # Binary search over slice equality: O(n log n) in C memcmp instead of a Python loop.
     lo, hi = 0, min(len(a), len(b))
     if a[:hi] == b[:hi]:
@@ -521,7 +523,7 @@ class TreeCache:
         self.from_base += 1
         old, (start, new_line_end) = base.parsed_bytes, bounds
         old_line_end = new_line_end + len(old) - len(tree_source)
-        head = _common_prefix_len(old[start:old_line_end], tree_source[start:new_line_end])
+        head = common_prefix_len(old[start:old_line_end], tree_source[start:new_line_end])
         tail = _common_suffix_len(old[start:old_line_end], tree_source[start:new_line_end],
                                   min(old_line_end, new_line_end) - start - head)
         return self._incremental(path, language, base, tree_source, start + head, old_line_end - tail,
@@ -556,7 +558,7 @@ class TreeCache:
             self.full_parses += 1
             return ParsedFile(path, language, source, get_parser(language).parse(source))
         old = cached.parsed_bytes
-        start = _common_prefix_len(old, source)
+        start = common_prefix_len(old, source)
         suffix = _common_suffix_len(old, source, min(len(old), len(source)) - start)
         old_end = len(old) - suffix
         new_end = len(source) - suffix
@@ -570,7 +572,7 @@ class TreeCache:
             halfway = source[:first_new_end] + old[first_old_end:]
             cached = self._incremental(path, language, cached, halfway, start, first_old_end, first_new_end,
                                        forget_predecessor=True)
-            start = _common_prefix_len(halfway, source)
+            start = common_prefix_len(halfway, source)
             suffix = _common_suffix_len(halfway, source, min(len(halfway), len(source)) - start)
             return self._incremental(path, language, cached, source, start, len(halfway) - suffix,
                                      len(source) - suffix, forget_predecessor=False)
@@ -659,7 +661,7 @@ def _second_region(old: bytes, new: bytes, start: int, old_end: int, new_end: in
     first_new = new.find(b"\n", start, new_end)
     if first_old == -1 or first_new == -1:
         return None
-    same = _common_prefix_len(old[first_old:old_end], new[first_new:new_end])
+    same = common_prefix_len(old[first_old:old_end], new[first_new:new_end])
     if same < SEPARATE_EDITS_MIN_GAP:
         return None
     return first_old, first_new

@@ -142,6 +142,9 @@ class _Decl:
     member_owner: str | None = None  # owner of the members; defaults to the class name
     doc_node: Node | None = None
 
+    def owner_of_members(self) -> str | None:
+        return self.member_owner or (self.name if self.kind in CLASS_KINDS else self.owner)
+
 
 def _py_docstring(body: Node | None, src: bytes) -> str | None:
     # not named_children: that builds every node; an empty body (being typed) has no child at all
@@ -272,8 +275,7 @@ class _Extractor:
                 sym.decl_start_byte = attrs[0].start_byte
         self.symbols.append(sym)
         if decl.container_body is not None:
-            member_owner = decl.member_owner or (decl.name if decl.kind in CLASS_KINDS else decl.owner)
-            self._visit(decl.container_body.children, sym.index, member_owner)
+            self._visit(decl.container_body.children, sym.index, decl.owner_of_members())
 
     def _transparent_children(self, node: Node) -> list[Node] | None:
         """Wrappers whose children are declarations of the same level (include guards, if-blocks)."""
@@ -651,7 +653,8 @@ def _shifted_symbols(parsed: ParsedFile, previous: ParsedFile, start: int, old_e
     tree_bytes = parsed.parsed_bytes
     while end > fn.decl_start_byte and tree_bytes[end - 1] in b" \t":
         end -= 1
-    intact = _spans(parsed, fn, end) and (not root.has_error or _same_body_start(parsed, table, fn, start))
+    node = _span_node(parsed, fn, end)
+    intact = node is not None and (not root.has_error or _same_body_start(parsed, table, fn, node, start))
     # ...with no parse error outside it. A tree broken by the edit is not a new structure to
     # believe: half-typed code inside a function (a header with its block below, an open string)
     # leaves the declarations what they were, and the table stays the last sound one, shifted,
@@ -737,24 +740,27 @@ def _shifted_past_inert_edit(parsed: ParsedFile, previous: ParsedFile, table: Fi
     return _moved(table, previous, parsed, start, old_end, new_end, None, None), None
 
 
+def _span_node(parsed: ParsedFile, sym: Symbol, end: int) -> Node | None:
+    """``sym``'s node in ``parsed``'s tree when it is still one node of its type from its
+    declaration's start to ``end``, else None."""
+    node = parsed.tree.root_node.descendant_for_byte_range(sym.decl_start_byte, end)
+    if node is not None and node.type == sym.node_type and node.start_byte == sym.decl_start_byte \
+            and node.end_byte == end:
+        return node
+    return None
+
+
 def _spans(parsed: ParsedFile, sym: Symbol, end: int) -> bool:
     """Is ``sym`` still one node of its type from its declaration's start to ``end`` in the new tree?"""
-    node = parsed.tree.root_node.descendant_for_byte_range(sym.decl_start_byte, end)
-    return node is not None and node.type == sym.node_type and node.start_byte == sym.decl_start_byte \
-        and node.end_byte == end
+    return _span_node(parsed, sym, end) is not None
 
 
-def _same_body_start(parsed: ParsedFile, table: FileSymbols, fn: Symbol, start: int) -> bool:
-    """Does ``fn``'s body still start where it did (edited at ``start``)? In a broken tree error
-    recovery can take a half-typed first statement out of the body (a header ``if`` with nothing
-    after it), which the extractor would see."""
+def _same_body_start(parsed: ParsedFile, table: FileSymbols, fn: Symbol, node: Node, start: int) -> bool:
+    """Does ``fn``'s body (``node`` is fn's node in the new tree) still start where it did (edited
+    at ``start``)? In a broken tree error recovery can take a half-typed first statement out of
+    the body (a header ``if`` with nothing after it), which the extractor would see."""
     if fn.body_start_byte is None or fn.body_start_byte >= start:
         return True  # (an edit before the body moves it: checked by the shift itself)
-    node = parsed.tree.root_node.descendant_for_byte_range(fn.decl_start_byte, fn.decl_start_byte)
-    while node is not None and not (node.start_byte == fn.decl_start_byte and node.type == fn.node_type):
-        node = node.parent
-    if node is None:
-        return False
     extractor = _Extractor(parsed)
     extractor.symbols = table.symbols  # (for the parent's kind only)
     decls = extractor._classify(node, fn.parent, fn.owner)
@@ -893,15 +899,14 @@ def _level_members(version: ParsedFile, symbols: list[Symbol], level: Symbol | N
     extractor.symbols = symbols
     if level is None:
         return version.tree.root_node.children, None, extractor
-    node = version.tree.root_node.descendant_for_byte_range(level.decl_start_byte, end)
-    if node is None or node.type != level.node_type or node.start_byte != level.decl_start_byte or node.end_byte != end:
+    node = _span_node(version, level, end)
+    if node is None:
         return None
     for decl, outer in extractor._classify(node, level.parent, level.owner):
         if outer.start_byte == node.start_byte and decl.container_body is not None:
             if decl.name != level.name:
                 return None
-            owner = decl.member_owner or (decl.name if decl.kind in CLASS_KINDS else decl.owner)
-            return decl.container_body.children, owner, extractor
+            return decl.container_body.children, decl.owner_of_members(), extractor
     return None
 
 

@@ -17,6 +17,7 @@ import json
 import random
 import statistics
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from workers.context.assemble import assemble_context, warm_file
@@ -35,29 +36,43 @@ def _stages(per_request: list[dict[str, float]]) -> dict[str, float]:
     return {name: round(_percentile([t[name] for t in per_request if name in t], 95), 2) for name in sorted(names)}
 
 
-def bench_file(path: Path, count_tokens, requests: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines(keepends=True)
-    rng = random.Random(seed)
-    warm_file(str(path), text, count_tokens=count_tokens)
+def _measure(path: Path, lines: int, requests: Iterable[tuple[str, int, int]], count_tokens, budget: int,  # type: ignore[no-untyped-def]
+             compression: bool = True) -> dict[str, float]:
+    """Assemble each (text, line, column) request; the timing row of one file."""
     times, ratios, fallbacks = [], [], 0
     stages: list[dict[str, float]] = []
-    for _ in range(requests):
-        line = rng.randrange(len(lines))
-        body = lines[line].rstrip("\r\n")
-        column = rng.randint(0, len(body))
-        # one keystroke: a character typed at the cursor
-        edited = [*lines[:line], body[:column] + "x" + body[column:] + lines[line][len(body):], *lines[line + 1:]]
-        ctx = assemble_context("".join(edited), str(path), line, column + 1, count_tokens=count_tokens,
-                               budget_tokens=budget, timeout_ms=1000.0)
+    for text, line, column in requests:
+        ctx = assemble_context(text, str(path), line, column, count_tokens=count_tokens, budget_tokens=budget,
+                               timeout_ms=1000.0)
         times.append(ctx.elapsed_ms)
         stages.append(ctx.timings_ms)
         fallbacks += ctx.strategy == "window-fallback"
         if ctx.context_tokens:
             ratios.append(ctx.file_tokens / ctx.context_tokens)
-    return {"file": str(path), "lines": len(lines), "requests": requests, "median_ms": statistics.median(times),
-            "p95_ms": _percentile(times, 95), "max_ms": max(times), "fallbacks": fallbacks,
-            "stage_p95_ms": _stages(stages), "compression_median": statistics.median(ratios) if ratios else 0.0}
+    row = {"file": str(path), "lines": lines, "requests": len(times), "median_ms": statistics.median(times),
+           "p95_ms": _percentile(times, 95), "max_ms": max(times), "fallbacks": fallbacks,
+           "stage_p95_ms": _stages(stages)}
+    if compression:
+        row["compression_median"] = statistics.median(ratios) if ratios else 0.0
+    return row
+
+
+def bench_file(path: Path, count_tokens, requests: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    rng = random.Random(seed)
+    warm_file(str(path), text, count_tokens=count_tokens)
+
+    def keystrokes() -> Iterator[tuple[str, int, int]]:
+        for _ in range(requests):
+            line = rng.randrange(len(lines))
+            body = lines[line].rstrip("\r\n")
+            column = rng.randint(0, len(body))
+            # one keystroke: a character typed at the cursor
+            edited = [*lines[:line], body[:column] + "x" + body[column:] + lines[line][len(body):], *lines[line + 1:]]
+            yield "".join(edited), line, column + 1
+
+    return _measure(path, len(lines), keystrokes(), count_tokens, budget)
 
 
 def bench_eval_cursors(path: Path, count_tokens, requests: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -68,21 +83,14 @@ def bench_eval_cursors(path: Path, count_tokens, requests: int, budget: int, see
     spots = cursor_spots(path)
     rng = random.Random(seed)
     warm_file(str(path), text, count_tokens=count_tokens)
-    times, ratios, fallbacks = [], [], 0
-    stages: list[dict[str, float]] = []
-    for _ in range(requests):
-        line, columns = rng.choice(spots)
-        column = rng.choice(columns)
-        ctx = assemble_context(cut_out(text, line, column)[0], str(path), line, column, count_tokens=count_tokens,
-                               budget_tokens=budget, timeout_ms=1000.0)
-        times.append(ctx.elapsed_ms)
-        stages.append(ctx.timings_ms)
-        fallbacks += ctx.strategy == "window-fallback"
-        if ctx.context_tokens:
-            ratios.append(ctx.file_tokens / ctx.context_tokens)
-    return {"file": str(path), "lines": text.count("\n"), "requests": requests, "median_ms": statistics.median(times),
-            "p95_ms": _percentile(times, 95), "max_ms": max(times), "fallbacks": fallbacks,
-            "stage_p95_ms": _stages(stages), "compression_median": statistics.median(ratios) if ratios else 0.0}
+
+    def cursors() -> Iterator[tuple[str, int, int]]:
+        for _ in range(requests):
+            line, columns = rng.choice(spots)
+            column = rng.choice(columns)
+            yield cut_out(text, line, column)[0], line, column
+
+    return _measure(path, len(text.splitlines()), cursors(), count_tokens, budget)
 
 
 def bench_typing(path: Path, count_tokens, spots: int, chars: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -93,23 +101,16 @@ def bench_typing(path: Path, count_tokens, spots: int, chars: int, budget: int, 
     rng = random.Random(seed)
     warm_file(str(path), text, count_tokens=count_tokens)
     candidates = [i for i, ln in enumerate(lines) if ln.startswith("        ") and len(ln.strip()) > 20]
-    times: list[float] = []
-    stages: list[dict[str, float]] = []
-    fallbacks = 0
-    for line in rng.sample(candidates, min(spots, len(candidates))):
-        body = lines[line].rstrip("\r\n")
-        indent = len(body) - len(body.lstrip())
-        for n in range(min(chars, len(body) - indent) + 1):
-            typed = body[:indent + n]
-            edited = [*lines[:line], typed + "\n", *lines[line + 1:]]
-            ctx = assemble_context("".join(edited), str(path), line, len(typed), count_tokens=count_tokens,
-                                   budget_tokens=budget, timeout_ms=1000.0)
-            times.append(ctx.elapsed_ms)
-            stages.append(ctx.timings_ms)
-            fallbacks += ctx.strategy == "window-fallback"
-    return {"file": str(path), "lines": len(lines), "requests": len(times), "median_ms": statistics.median(times),
-            "p95_ms": _percentile(times, 95), "max_ms": max(times), "fallbacks": fallbacks,
-            "stage_p95_ms": _stages(stages)}
+
+    def keystrokes() -> Iterator[tuple[str, int, int]]:
+        for line in rng.sample(candidates, min(spots, len(candidates))):
+            body = lines[line].rstrip("\r\n")
+            indent = len(body) - len(body.lstrip())
+            for n in range(min(chars, len(body) - indent) + 1):
+                typed = body[:indent + n]
+                yield "".join([*lines[:line], typed + "\n", *lines[line + 1:]]), line, len(typed)
+
+    return _measure(path, len(lines), keystrokes(), count_tokens, budget, compression=False)
 
 
 def main() -> int:

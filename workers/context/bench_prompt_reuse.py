@@ -16,22 +16,11 @@ import random
 import sys
 from pathlib import Path
 
+from indexer.parsing import common_prefix_len
 from serving.fim import fim_prompt
 from workers.context.assemble import assemble_context, warm_file
 from workers.context.line_tokens import exact_counter
 from workers.context.packing import memoized
-
-
-def _common(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    lo, hi = 0, n
-    while lo < hi:  # binary search over slice equality (C memcmp), as in indexer.parsing
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def bench_file(path: Path, count_tokens, spots: int, step: int, seed: int) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
@@ -56,7 +45,7 @@ def bench_file(path: Path, count_tokens, spots: int, step: int, seed: int) -> di
             for name, cut in cuts.items():
                 prompt = fim_prompt(ctx.prefix, ctx.suffix, middle_from=cut)
                 if name in previous:
-                    same = _common(prompt, previous[name])
+                    same = common_prefix_len(prompt, previous[name])
                     row = totals.setdefault(name, [0, 0, 0])
                     row[0] += same
                     row[1] += len(prompt)

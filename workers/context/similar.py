@@ -194,7 +194,7 @@ def similar_candidates(
         if found:
             lines_of[word] = found
     if not lines_of:
-        _OFFERED[parsed.path] = (line, words, [])
+        _remember_offer(parsed.path, line, words, [])
         return []
     idf = {w: math.log(1.0 + n / (1 + len(found))) for w, found in lines_of.items()}
     # The most a line could score: common words count at their (small) idf as if looked up.
@@ -236,10 +236,14 @@ def similar_candidates(
         reason = f"resembles the code at the cursor (line {anchor + 1} shares {share:.0%} of its rare identifiers)"
         out.append(_candidate(text, starts, start, end, reason, len(out), estimate_lines, marker_tokens))
         taken.append((start, end))
+    _remember_offer(parsed.path, line, words, out)
+    return out
+
+
+def _remember_offer(path: str, line: int, words: _WordIndex, offered: list[Candidate]) -> None:
     if len(_OFFERED) >= _WORD_INDEX_FILES:
         _OFFERED.clear()
-    _OFFERED[parsed.path] = (line, words, [(c.start_line, c.end_line, c.reason) for c in out])
-    return out
+    _OFFERED[path] = (line, words, [(c.start_line, c.end_line, c.reason) for c in offered])
 
 
 def _candidate(text: bytes, starts: list[int], start: int, end: int, reason: str, rank: int,
