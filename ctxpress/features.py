@@ -70,4 +70,6 @@ register("line_in_middle", "the cursor line up to the cursor opens the FIM middl
          "prompt before it (and its KV) unchanged", default=False)
 register("block_in_middle", "the enclosing block up to the cursor opens the FIM middle, so typing anywhere in it "
          "leaves the prompt before it (and its KV) unchanged", default=False)
+register("steady_excerpts", "while the file changes only inside the enclosing block, the excerpts chosen for it "
+         "stay as they were, so a keystroke changes only the prompt's tail (and its KV)")
 register("prewarm", "on file_opened, process the stable part of the file's prompt in the background")

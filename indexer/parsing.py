@@ -388,7 +388,8 @@ def common_prefix_len(a: AnyStr, b: AnyStr) -> int:
     return lo
 
 
-def _common_suffix_len(a: bytes, b: bytes, limit: int) -> int:
+def common_suffix_len(a: AnyStr, b: AnyStr, limit: int) -> int:
+    """Length of the longest common suffix of two texts, at most ``limit`` (bytes or str)."""
     lo, hi = 0, limit
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -524,7 +525,7 @@ class TreeCache:
         old, (start, new_line_end) = base.parsed_bytes, bounds
         old_line_end = new_line_end + len(old) - len(tree_source)
         head = common_prefix_len(old[start:old_line_end], tree_source[start:new_line_end])
-        tail = _common_suffix_len(old[start:old_line_end], tree_source[start:new_line_end],
+        tail = common_suffix_len(old[start:old_line_end], tree_source[start:new_line_end],
                                   min(old_line_end, new_line_end) - start - head)
         return self._incremental(path, language, base, tree_source, start + head, old_line_end - tail,
                                  new_line_end - tail, forget_predecessor=True)
@@ -559,7 +560,7 @@ class TreeCache:
             return ParsedFile(path, language, source, get_parser(language).parse(source))
         old = cached.parsed_bytes
         start = common_prefix_len(old, source)
-        suffix = _common_suffix_len(old, source, min(len(old), len(source)) - start)
+        suffix = common_suffix_len(old, source, min(len(old), len(source)) - start)
         old_end = len(old) - suffix
         new_end = len(source) - suffix
         middle = _second_region(old, source, start, old_end, new_end)
@@ -573,7 +574,7 @@ class TreeCache:
             cached = self._incremental(path, language, cached, halfway, start, first_old_end, first_new_end,
                                        forget_predecessor=True)
             start = common_prefix_len(halfway, source)
-            suffix = _common_suffix_len(halfway, source, min(len(halfway), len(source)) - start)
+            suffix = common_suffix_len(halfway, source, min(len(halfway), len(source)) - start)
             return self._incremental(path, language, cached, source, start, len(halfway) - suffix,
                                      len(source) - suffix, forget_predecessor=False)
         return self._incremental(path, language, cached, source, start, old_end, new_end, forget_predecessor=True)

@@ -353,6 +353,7 @@ class CompletionService:
             similar=enabled["similar"],
             whole_file=enabled["whole_file"],
             fill_below=enabled["fill_below"],
+            steady=enabled["steady_excerpts"],
         )
         report = ContextReport(
             strategy=ctx.strategy,

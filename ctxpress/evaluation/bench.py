@@ -165,8 +165,21 @@ def pick_function(text: str) -> tuple[int, int] | None:
     return (best[0], best[1]) if best else None
 
 
-async def _typing(client: CompletionClient, path: Path, cfg: BenchConfig, progress: Progress) -> list[Sample]:
-    text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+@dataclass
+class TypingStep:
+    """One pause of a typing replay: the file as it is then, the cursor, and what is typed next."""
+
+    text: str
+    line: int
+    column: int
+    next_text: str  # the rest of the line the typist goes on to type (scores the suggestion)
+    typed: int  # characters of the body typed so far
+
+
+def typing_plan(path: Path, cfg: BenchConfig) -> tuple[str, int, list[TypingStep]]:
+    """A function body of ``path`` removed and typed back: the text the IDE opens (body removed),
+    the line the typist starts on, and the pauses at which a completion is asked for."""
+    text = path.read_text(encoding="utf-8")
     span = pick_function(text)
     if span is None:
         raise ValueError(f"{path}: no function of 6-30 lines to type")
@@ -174,34 +187,57 @@ async def _typing(client: CompletionClient, path: Path, cfg: BenchConfig, progre
     body = text[start:end]
     pauses = typing_pauses(body, cfg.typing_cps, cfg.debounce_ms, cfg.seed)
     step = max(1, len(pauses) // cfg.typing_pauses)
-    pauses = pauses[::step][: cfg.typing_pauses]
-    repository = path.parent.name
+    steps = []
+    for offset in pauses[::step][: cfg.typing_pauses]:
+        current = text[:start] + body[:offset] + text[end:]
+        line = current.count("\n", 0, start + offset)
+        column = start + offset - (current.rfind("\n", 0, start + offset) + 1)
+        steps.append(TypingStep(current, line, column, body[offset:].split("\n", 1)[0], offset))
+    opened = text[:start] + text[end:]
+    return opened, opened.count("\n", 0, start), steps
+
+
+def suggestion_matches(completion: str, next_text: str) -> bool:
+    suggestion = first_line(completion)
+    return bool(suggestion.strip()) and next_text.startswith(suggestion.rstrip())
+
+
+async def replay_typing(steps: Sequence[TypingStep], cfg: BenchConfig, send: Any, progress: Progress,
+                        label: str) -> list[Sample]:
+    """Ask at each pause, at the typist's pace: a pause comes ``typed / cps`` after the start, or at
+    once when the previous answer came later than that (the typist did not wait for it)."""
     samples: list[Sample] = []
     deadline = time.monotonic() + cfg.max_seconds
+    clock = time.monotonic()
+    for step in steps:
+        if time.monotonic() > deadline:
+            break
+        due = clock + step.typed / cfg.typing_cps
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        latency, reply = await send(step)
+        samples.append(Sample(label, latency, reply, suggestion_matches(reply.get("completion", ""), step.next_text)))
+        progress.advance(f"typing {label} {latency:.0f} ms")
+        clock = min(clock, time.monotonic() - step.typed / cfg.typing_cps)
+    return samples
+
+
+async def _typing(client: CompletionClient, path: Path, cfg: BenchConfig, progress: Progress) -> list[Sample]:
+    opened, open_line, steps = await asyncio.to_thread(typing_plan, path, cfg)
+    repository = path.parent.name
+    samples: list[Sample] = []
     for mode in cfg.modes:  # a whole replay per mode: the cache between keystrokes is the point
-        await client.file_opened(FileOpened(repository=repository, path=path.name, text=text[:start] + text[end:]))
-        clock = time.monotonic()
-        for offset in pauses:
-            if time.monotonic() > deadline:
-                break
-            typed = body[:offset]
-            current = text[:start] + typed + text[end:]
-            line = current.count("\n", 0, start + offset)
-            column = start + offset - (current.rfind("\n", 0, start + offset) + 1)
-            # the typist's own pace: wait until this pause would happen, unless the model is slower
-            due = clock + offset / cfg.typing_cps
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-            request = CompletionRequest(repository=repository, path=path.name, text=current, line=line,
-                                        column=column, max_tokens=cfg.max_tokens, mode=mode,  # type: ignore[arg-type]
+        # The IDE knows where the cursor is when the file opens: where the typist is about to start.
+        await client.file_opened(FileOpened(repository=repository, path=path.name, text=opened,
+                                            line=open_line, column=0))
+
+        async def send(step: TypingStep, mode: str = mode) -> tuple[float, dict[str, Any]]:
+            request = CompletionRequest(repository=repository, path=path.name, text=step.text, line=step.line,
+                                        column=step.column, max_tokens=cfg.max_tokens, mode=mode,  # type: ignore[arg-type]
                                         scenario="bench-typing",
                                         features=cfg.features if mode == "optimized" else None)
-            latency, reply = await _send(client, request)
-            next_text = body[offset:].split("\n", 1)[0]
-            suggestion = first_line(reply.get("completion", ""))
-            matched = bool(suggestion.strip()) and next_text.startswith(suggestion.rstrip())
-            samples.append(Sample(mode, latency, reply, matched))
-            progress.advance(f"typing {mode} {latency:.0f} ms")
-            clock = min(clock, time.monotonic() - offset / cfg.typing_cps)
+            return await _send(client, request)
+
+        samples += await replay_typing(steps, cfg, send, progress, mode)
     return samples
 
 
@@ -213,6 +249,7 @@ def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[s
     lat = [s.latency_ms for s in ok]
     out["latency_ms_p50"] = percentile(lat, 50) if lat else None
     out["latency_ms_p95"] = percentile(lat, 95) if lat else None
+    out["latency_ms_first"] = lat[0] if lat else None  # a replay's first request: what a cold start costs
     busy = seconds if seconds is not None else sum(lat) / 1000
     out["throughput_rps"] = len(ok) / busy if busy else None
     prompt = sum(s.reply["context"].get("prompt_tokens") or 0 for s in ok)
@@ -220,6 +257,10 @@ def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[s
     out["cache_hit_rate"] = cached / prompt if prompt else 0.0
     out["prompt_tokens_mean"] = statistics.fmean(s.reply["context"].get("prompt_tokens") or 0 for s in ok) if ok \
         else None
+    # prompt tokens the engine had to process (not found in its KV cache), per request
+    out["processed_tokens_mean"] = statistics.fmean(
+        (s.reply["context"].get("prompt_tokens") or 0) - (s.reply["context"].get("cached_tokens") or 0)
+        for s in ok) if ok else None
     proposed = sum(s.reply.get("draft_tokens_proposed") or 0 for s in ok)
     accepted = sum(s.reply.get("draft_tokens_accepted") or 0 for s in ok)
     # share of proposed draft tokens the target accepted; None while no request drafted
@@ -270,8 +311,9 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
 
 
 def report_lines(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    keys = ("requests", "errors", "latency_ms_p50", "latency_ms_p95", "throughput_rps", "cache_hit_rate",
-            "prompt_tokens_mean", "draft_acceptance", "draft_accepted_per_request", "suggestion_match_rate")
+    keys = ("requests", "errors", "latency_ms_p50", "latency_ms_p95", "latency_ms_first", "throughput_rps",
+            "cache_hit_rate", "prompt_tokens_mean", "processed_tokens_mean", "draft_acceptance",
+            "draft_accepted_per_request", "suggestion_match_rate")
     lines = []
     for name, modes in results.items():
         lines.append(f"[{name}]" + "".join(f"{m:>14}" for m in modes))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     be.add_argument("--typing-pauses", type=int, default=12, help="completions asked for in a typing replay")
     be.add_argument("--mode", choices=["baseline", "optimized", "both"], default="both")
     be.add_argument("--features", default="", help="optimized mode's switches, as for eval: --features=-prefix_cache")
+    be.add_argument("--peer-server", type=Path, metavar="LLAMA_SERVER",
+                    help="typing: replay the session against this llama-server binary too, asked as llama.vscode "
+                         "asks (same model file; see ctxpress/evaluation/peer.py)")
     be.set_defaults(func=cmd_bench)
 
     st = sub.add_parser("stats", help="summarise per-request telemetry")
@@ -142,15 +146,33 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     scenarios = args.scenario or list(SCENARIOS)
     typing_file = next((f for f in args.file), None) if "typing" in scenarios else None
     others = [] if scenarios == ["typing"] else args.file
+    if args.peer_server is not None and not args.peer_server.is_file():
+        print(f"error: --peer-server {args.peer_server}: no such file", file=sys.stderr)
+        return 2
     try:
         results = asyncio.run(run_bench(cfg, scenarios, typing_file, others))
-    except (ValueError, OSError) as exc:
+        if args.peer_server is not None and "typing" in scenarios:
+            results["typing"]["peer"] = asyncio.run(_peer_typing(args.peer_server, typing_file, cfg, settings))
+    except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for line in report_lines(results):
         print(line)
     print(final_line(results))
     return 0
+
+
+async def _peer_typing(binary: Path, typing_file: Path | None, cfg: Any, settings: Settings) -> dict[str, Any]:
+    from ctxpress.evaluation.bench import summarise, third_party_root
+    from ctxpress.evaluation.peer import peer_typing
+    from ctxpress.evaluation.progress import Progress
+    from serving.weights import TARGET, ensure_model
+
+    model = settings.model_path or ensure_model(TARGET, settings.models_dir)
+    path = typing_file or third_party_root() / "engine" / "result.py"
+    progress = Progress(cfg.typing_pauses, "peer")
+    samples = await peer_typing(binary, Path(model), path, cfg, progress, threads=os.cpu_count() or 2)
+    return summarise(samples)
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:

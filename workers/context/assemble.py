@@ -17,11 +17,12 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from indexer.parsing import TREE_CACHE, ParsedFile, TreeCache, detect_language, is_supported, normalize_language
 from indexer.summaries import elision_marker
 from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols
+from workers.context import steady as steady_excerpts
 from workers.context.blocks import summary_piece
 from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
@@ -40,6 +41,7 @@ from workers.context.packing import (
     memoized,
     merge_duplicates,
     pack,
+    render_enclosing,
     render_prompt,
 )
 from workers.context.recent_edits import recent_edit_candidates
@@ -157,6 +159,7 @@ def assemble_context(
     similar: bool = True,
     whole_file: bool = True,
     fill_below: bool = True,
+    steady: bool = True,
 ) -> AssembledContext:
     """Assemble the in-file context for a cursor at 0-based (line, column) of ``text``.
 
@@ -193,7 +196,7 @@ def assemble_context(
     try:
         result = _assemble(text, path, lang, line, column, count_tokens, budget_tokens, recent_edit_lines,
                            deadline, cache if cache is not None else TREE_CACHE, summaries, nearby_first, similar,
-                           fill_below)
+                           fill_below, steady)
     except _Timeout:
         return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0, "timeout",
                          f"assembly exceeded {timeout_ms:g} ms", base)
@@ -297,6 +300,7 @@ def _assemble(
     nearby_first: bool = True,
     similar: bool = True,
     fill_below: bool = True,
+    steady: bool = True,
 ) -> AssembledContext:
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -325,6 +329,15 @@ def _assemble(
         return exact(prefix) + exact(suffix)
 
     file_lines = text.splitlines()
+    options = (lang, budget, summaries, nearby_first, similar, fill_below)
+    kept = steady_excerpts.lookup(cache, path, text, options, recent_edit_lines) if steady else None
+    if kept is not None:
+        held = _steady(cache, path, kept, text, table, line, cursor_byte, budget, count_tokens, exact, lang,
+                       lang_marker_tokens, file_lines, timings)
+        if held is not None:
+            _check(deadline, timings, "steady", t)
+            return held
+        t = _check(deadline, timings, "steady", t)
 
     enclosing_budget = budget
     for _attempt in range(3):
@@ -406,10 +419,73 @@ def _assemble(
         blocks.append(below)
     dropped_blocks = [_block(c, None, f"{c.drop_reason} ({c.reason})")
                       for c in sorted(dropped, key=lambda c: c.priority)]
+    if steady and enc.symbol is not None and below is None:
+        first = enc.prefix_pieces[0].start_line if enc.prefix_pieces else enc.start_line
+        steady_excerpts.remember(cache, path, steady_excerpts.Held(
+            text=text, options=options, block_name=enc.name, block_start=enc.start_line,
+            block_end=max(enc.end_line, line), excerpt_text=rendered.excerpt_text, segments=rendered.segments,
+            above=max((p.end_line for p in rendered.pieces if p.end_line < first), default=-1),
+            blocks=blocks[1:], dropped=dropped_blocks,
+            outside_edits=frozenset(r for r in recent_edit_lines
+                                    if not (enc.start_line <= r[0] and r[1] <= max(enc.end_line, line)))))
+    elif steady:
+        steady_excerpts.forget(cache, path)
     return AssembledContext(
         prefix=rendered.prefix, suffix=rendered.suffix, blocks=blocks, dropped=dropped_blocks, strategy="ast",
         fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0, timings_ms=timings,
         stable_chars=len(rendered.excerpt_text),
+    )
+
+
+def _steady(
+    cache: TreeCache, path: str, kept: steady_excerpts.Kept, text: str, table: FileSymbols, line: int,
+    cursor_byte: int, budget: int,
+    count_tokens: TokenCounter, exact: TokenCounter, lang: str, marker_tokens: int, file_lines: list[str],
+    timings: dict[str, float],
+) -> AssembledContext | None:
+    """The held excerpts, then the enclosing block rendered afresh; None when the cursor left the
+    block they were chosen for, or the block alone no longer fits beside any of them."""
+    held = kept.held
+    enc = find_enclosing(table, line, cursor_byte, budget, count_tokens, marker_tokens)
+    if enc.symbol is None or enc.name != held.block_name or enc.start_line != held.block_start:
+        return None
+    segments = [replace(s, start_line=steady_excerpts.shift(s.start_line, kept),
+                        end_line=steady_excerpts.shift(s.end_line, kept)) for s in held.segments]
+    excerpt_text, above = held.excerpt_text, held.above
+    first = enc.prefix_pieces[0].start_line if enc.prefix_pieces else enc.start_line
+    for _attempt in range(4):
+        prefix = excerpt_text + render_enclosing(enc.prefix_pieces, above, lang, file_lines)
+        total = exact(prefix) + exact(enc.suffix)
+        if total <= budget:
+            break
+        if not segments:
+            return None
+        # the block grew: cut from the excerpts' end, so that their head (and its KV) stays
+        excerpt_text, segments = steady_excerpts.trim(excerpt_text, segments, total - budget, exact)
+        above = max((s.end_line for s in segments if s.end_line < first), default=-1)
+    else:
+        return None
+    shown = [(s.start_line, s.end_line) for s in segments]
+    blocks: list[ContextBlock] = []
+    dropped = [replace(b, start_line=steady_excerpts.shift(b.start_line, kept),
+                       end_line=steady_excerpts.shift(b.end_line, kept)) for b in held.dropped]
+    for block in held.blocks:
+        moved = replace(block, start_line=steady_excerpts.shift(block.start_line, kept),
+                        end_line=steady_excerpts.shift(block.end_line, kept))
+        if any(a <= moved.end_line and moved.start_line <= b for a, b in shown):
+            blocks.append(moved)
+        else:
+            dropped.append(replace(moved, reason=f"cut while typing: the enclosing block grew ({moved.reason})"))
+    steady_excerpts.remember(cache, path, replace(
+        held, text=text, block_end=max(enc.end_line, line, held.block_end + kept.delta), excerpt_text=excerpt_text,
+        segments=segments, above=above, blocks=blocks, dropped=dropped))
+    enc_block = ContextBlock(kind=enc.kind, name=enc.name, start_line=enc.start_line, end_line=enc.end_line,
+                             form=enc.form, tokens=enc.tokens, reason=enc.reason)
+    return AssembledContext(
+        prefix=prefix, suffix=enc.suffix, blocks=[enc_block, *(replace(b, reason=f"{b.reason}; {steady_excerpts.NOTE}")
+                                                               for b in blocks)],
+        dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
+        timings_ms=timings, stable_chars=len(excerpt_text),
     )
 
 

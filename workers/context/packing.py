@@ -269,8 +269,22 @@ def _gap_is_blank(lines: list[str], start: int, end: int) -> bool:
     return all(not lines[i].strip() for i in range(max(0, start), min(end + 1, len(lines))))
 
 
-def render_excerpts(pieces: list[Piece], language: str, file_lines: list[str]) -> tuple[str, int]:
-    """Excerpts in file order with elision markers in the gaps. Returns (text, last line shown)."""
+@dataclass
+class Segment:
+    """One rendered excerpt piece: where it starts in the excerpt text (its elision marker
+    included) and the file lines it shows."""
+
+    offset: int
+    start_line: int
+    end_line: int
+    verbatim: bool
+
+
+def render_excerpts(
+    pieces: list[Piece], language: str, file_lines: list[str], segments: list[Segment] | None = None,
+) -> tuple[str, int]:
+    """Excerpts in file order with elision markers in the gaps. Returns (text, last line shown);
+    ``segments``, when given, receives each rendered piece's place in the text."""
     ordered = sorted(_prefer_verbatim(pieces), key=lambda p: (p.start_line, -p.end_line))
     # Drop pieces already covered by a larger one (the same block offered twice).
     kept: list[Piece] = []
@@ -299,6 +313,8 @@ def render_excerpts(pieces: list[Piece], language: str, file_lines: list[str]) -
         gap_start, gap_end = shown_until + 1, p.start_line - 1
         same_group = bool(p.group) and prev_group == p.group
         prev_group = p.group
+        if segments is not None:
+            segments.append(Segment(sum(map(len, out)), p.start_line, p.end_line, p.verbatim))
         if gap_end >= gap_start and not same_group and not _gap_is_blank(file_lines, gap_start, gap_end):
             out.append(elision_marker(language, gap_start, gap_end, _indent(p.text)))
         out.append(p.text if p.text.endswith("\n") else p.text + "\n")
@@ -312,6 +328,7 @@ class Rendered:
     suffix: str
     excerpt_text: str = ""
     pieces: list[Piece] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
 
 
 def render_prompt(
@@ -323,19 +340,28 @@ def render_prompt(
 ) -> Rendered:
     """Excerpts first (file order), then the enclosing block up to the cursor."""
     pieces = [p for c in chosen if c.chosen is not None for p in c.chosen.pieces]
-    excerpts, _shown_until = render_excerpts(pieces, language, file_lines)
-    out = [excerpts]
+    segments: list[Segment] = []
+    excerpts, _shown_until = render_excerpts(pieces, language, file_lines, segments)
+    prefix = excerpts
     if enclosing_pieces:
-        first = enclosing_pieces[0]
-        # The gap before the enclosing block is measured from the nearest excerpt above it.
-        above = [p.end_line for p in pieces if p.end_line < first.start_line]
-        gap_start = (max(above) + 1) if above else 0
-        if first.start_line - 1 >= gap_start and not _gap_is_blank(file_lines, gap_start, first.start_line - 1):
-            out.append(elision_marker(language, gap_start, first.start_line - 1, _indent(first.text)))
-        prev_end: int | None = None
-        for p in enclosing_pieces:
-            if prev_end is not None and p.start_line > prev_end + 1:
-                out.append(elision_marker(language, prev_end + 1, p.start_line - 1, _indent(p.text)))
-            out.append(p.text)
-            prev_end = p.end_line
-    return Rendered(prefix="".join(out), suffix=suffix, excerpt_text=excerpts, pieces=pieces)
+        first = enclosing_pieces[0].start_line
+        above = max((p.end_line for p in pieces if p.end_line < first), default=-1)
+        prefix += render_enclosing(enclosing_pieces, above, language, file_lines)
+    return Rendered(prefix=prefix, suffix=suffix, excerpt_text=excerpts, pieces=pieces, segments=segments)
+
+
+def render_enclosing(enclosing_pieces: list[Piece], above: int, language: str, file_lines: list[str]) -> str:
+    """The enclosing block up to the cursor, after the excerpts; ``above`` is the last line an
+    excerpt above the block shows (-1: none), from where the gap before the block is measured."""
+    out: list[str] = []
+    first = enclosing_pieces[0]
+    gap_start = above + 1
+    if first.start_line - 1 >= gap_start and not _gap_is_blank(file_lines, gap_start, first.start_line - 1):
+        out.append(elision_marker(language, gap_start, first.start_line - 1, _indent(first.text)))
+    prev_end: int | None = None
+    for p in enclosing_pieces:
+        if prev_end is not None and p.start_line > prev_end + 1:
+            out.append(elision_marker(language, prev_end + 1, p.start_line - 1, _indent(p.text)))
+        out.append(p.text)
+        prev_end = p.end_line
+    return "".join(out)

@@ -4,7 +4,8 @@ from typing import Any
 
 import pytest
 
-from ctxpress.evaluation.bench import pick_function, typing_pauses
+from ctxpress.evaluation.bench import BenchConfig, pick_function, typing_pauses, typing_plan
+from ctxpress.evaluation.peer import peer_reply, vscode_request
 
 MODULE = '''import math
 
@@ -37,6 +38,31 @@ def test_pick_function_finds_a_body_of_the_right_size() -> None:
     start, end = pick_function(MODULE)  # type: ignore[misc]
     body = MODULE[start:end]
     assert body.startswith('    """Euclidean') and body.rstrip().endswith("return result")
+
+
+def test_typing_plan_types_the_body_back_and_opens_the_file_without_it(tmp_path: Path) -> None:
+    source = tmp_path / "geometry.py"
+    source.write_text(MODULE, encoding="utf-8")
+    opened, open_line, steps = typing_plan(source, BenchConfig("nats://x", "s", typing_pauses=5))
+    assert "Euclidean" not in opened and "def midpoint" in opened
+    assert opened.splitlines()[open_line - 1] == "def distance(a, b):"
+    assert 0 < len(steps) <= 5 and [s.typed for s in steps] == sorted(s.typed for s in steps)
+    for step in steps:  # the file so far, the cursor at the end of what was typed
+        lines = step.text.splitlines(keepends=True)
+        assert MODULE.startswith("".join(lines[:step.line]) + lines[step.line][:step.column])
+        assert MODULE[len("".join(lines[:step.line])) + step.column:].startswith(step.next_text)
+
+
+def test_the_peer_is_asked_as_llama_vscode_asks() -> None:
+    text = "".join(f"line {i}\n" for i in range(400))
+    step = type("Step", (), {"text": text, "line": 300, "column": 4, "next_text": ""})()
+    body = vscode_request(step, 16)  # type: ignore[arg-type]
+    assert body["input_prefix"] == "".join(f"line {i}\n" for i in range(44, 300))  # 256 lines before
+    assert body["prompt"] == "line" and body["input_suffix"].startswith(" 300\nline 301\n")
+    assert body["input_suffix"].count("\n") == 65  # the cursor line's rest + 64 lines after
+    assert body["cache_prompt"] is True and body["n_predict"] == 16 and body["input_extra"] == []
+    reply = peer_reply({"content": "x = 1", "timings": {"prompt_n": 40, "cache_n": 960, "predicted_n": 5}})
+    assert reply["context"] == {"prompt_tokens": 1000, "cached_tokens": 960} and reply["completion"] == "x = 1"
 
 
 @pytest.mark.services

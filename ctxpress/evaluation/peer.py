@@ -1,0 +1,124 @@
+"""The peer a user would run instead: llama.cpp's own server, asked the way llama.vscode asks.
+
+``ctxpress bench --scenario typing --peer-server PATH/llama-server`` replays the same typing session
+against it, after ours, with the same model file and the same number of tokens to predict.
+Request shape (llama.vscode's ``/infill`` call): the 256 lines before the cursor line as
+``input_prefix``, the cursor line up to the cursor as ``prompt``, the rest of that line and the 64
+lines after as ``input_suffix``, ``cache_prompt`` on, the plugin's samplers; the server runs with
+``--cache-reuse 256`` (KV chunks that moved are shifted rather than recomputed). Left out: the
+plugin's ring of extra chunks from other files (none in a one-file replay) and its time caps
+(``t_max_*``), so that both sides predict the same tokens.
+
+llama-server is not part of ctxpress: build it from the llama.cpp sources (llama-cpp-python's sdist
+carries them) and pass its path. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ctxpress.evaluation.bench import BenchConfig, Sample, TypingStep, replay_typing, typing_plan
+from ctxpress.evaluation.progress import Progress
+
+PREFIX_LINES = 256
+SUFFIX_LINES = 64
+CACHE_REUSE = 256
+START_TIMEOUT_S = 120.0
+
+
+def vscode_request(step: TypingStep, max_tokens: int) -> dict[str, Any]:
+    """The body llama.vscode posts to ``/infill`` for a cursor (without its extra chunks)."""
+    lines = step.text.split("\n")
+    current = lines[step.line]
+    return {
+        "input_prefix": "".join(x + "\n" for x in lines[max(0, step.line - PREFIX_LINES):step.line]),
+        "prompt": current[:step.column],
+        "input_suffix": current[step.column:] + "\n" + "".join(
+            x + "\n" for x in lines[step.line + 1:step.line + 1 + SUFFIX_LINES]),
+        "input_extra": [],
+        "n_predict": max_tokens,
+        "top_k": 40,
+        "top_p": 0.99,
+        "stream": False,
+        "samplers": ["top_k", "top_p", "infill"],
+        "cache_prompt": True,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PeerServer:
+    """A llama-server process for the length of a replay."""
+
+    def __init__(self, binary: Path, model: Path, threads: int, n_ctx: int = 4096) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+                        "-c", str(n_ctx), "-np", "1", "-t", str(threads), "-b", "1024", "-ub", "1024",
+                        "--cache-reuse", str(CACHE_REUSE)]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> PeerServer:
+        self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                err = self.process.stderr.read().decode(errors="replace")[-2000:] if self.process.stderr else ""
+                raise RuntimeError(f"llama-server exited with {self.process.returncode}: {err}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.__exit__()
+        raise RuntimeError(f"llama-server did not become healthy in {START_TIMEOUT_S:.0f} s")
+
+    def __exit__(self, *_: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def infill(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(self.url + "/infill", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as r:
+            return dict(json.loads(r.read()))
+
+
+def peer_reply(raw: dict[str, Any]) -> dict[str, Any]:
+    """The peer's answer in the shape ``bench.summarise`` reads: prompt tokens = processed + reused."""
+    timings = raw.get("timings") or {}
+    processed = int(timings.get("prompt_n") or 0)
+    cached = int(timings.get("cache_n") or 0)
+    return {"completion": raw.get("content", ""), "tokens_generated": timings.get("predicted_n"),
+            "context": {"prompt_tokens": processed + cached, "cached_tokens": cached}}
+
+
+async def peer_typing(binary: Path, model: Path, path: Path, cfg: BenchConfig, progress: Progress,
+                      threads: int) -> list[Sample]:
+    """The typing replay of ``path`` against llama-server (mode label ``peer``)."""
+    _opened, _line, steps = await asyncio.to_thread(typing_plan, path, cfg)
+    with PeerServer(binary, model, threads) as server:
+
+        async def send(step: TypingStep) -> tuple[float, dict[str, Any]]:
+            started = time.perf_counter()
+            raw = await asyncio.to_thread(server.infill, vscode_request(step, cfg.max_tokens))
+            return (time.perf_counter() - started) * 1000, peer_reply(raw)
+
+        return await replay_typing(steps, cfg, send, progress, "peer")

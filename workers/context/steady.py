@@ -1,0 +1,145 @@
+"""Steady excerpts: while the user edits inside one block, the excerpts before it stay as they were.
+
+Why: the engine keeps each file's prompt KV and reuses it up to the first character that differs
+(serving/kv_pool.py), and on 2 cores every token after that point costs ~17 ms of prompt
+processing. The excerpts are the prompt's head and the enclosing block its tail, so a keystroke
+should change the tail only. Chosen afresh at every keystroke they do not stay put: `similar`'s
+query and the references follow the typed words, the budget left beside a growing block moves a
+marginal excerpt in or out (the imports, first in file order, take everything after them along),
+and the elision markers after the block name line numbers that grow with every new line.
+
+So the excerpts chosen for a block are kept, as rendered text, while the file changes only inside
+that block and the cursor stays in it: the next request renders the block afresh after them.
+When the block grows past the budget, excerpts are cut from the end of their text (the part
+nearest the block, then lines of the last excerpt), which keeps the head intact. Markers inside
+the kept text name the lines as they were when the excerpts were chosen; the report's line ranges
+are the current ones. A move to another block, an edit outside the block, other options or
+another budget: the excerpts are chosen afresh.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from indexer.parsing import common_prefix_len, common_suffix_len
+from workers.context.packing import Segment, TokenCounter
+
+if TYPE_CHECKING:
+    from workers.context.assemble import ContextBlock
+
+# Files whose excerpts are held (one entry per file, the most recently used kept).
+MAX_FILES = 64
+# Cutting lines of the last excerpt stops here; below this many lines it goes whole.
+MIN_LINES_LEFT = 2
+NOTE = "kept while typing in the same block"
+
+
+@dataclass
+class Held:
+    """The excerpts of the last request in a file, and the version and block they were for."""
+
+    text: str
+    options: tuple[object, ...]  # language, budget, source switches: any change re-chooses
+    block_name: str
+    block_start: int  # the enclosing block's lines in ``text``
+    block_end: int
+    excerpt_text: str
+    segments: list[Segment]
+    above: int  # the last line an excerpt above the block shows (-1: none): the gap marker's start
+    blocks: list[ContextBlock]  # the excerpts' (the enclosing block is reported afresh)
+    dropped: list[ContextBlock]
+    outside_edits: frozenset[tuple[int, int]]  # the request's recent-edit ranges outside the block
+
+
+@dataclass
+class Kept:
+    """Held excerpts that still apply to a request, shifted to its version of the file."""
+
+    held: Held
+    edit_first: int  # first and last changed line, in the held version
+    edit_last: int
+    delta: int  # lines added (+) or removed (-) by the change
+
+
+_HELD: OrderedDict[tuple[int, str], Held] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def remember(owner: object, path: str, held: Held) -> None:
+    """``owner``: the tree cache the assembly used (tests keep separate ones)."""
+    key = (id(owner), path)
+    with _LOCK:
+        _HELD[key] = held
+        _HELD.move_to_end(key)
+        while len(_HELD) > MAX_FILES:
+            _HELD.popitem(last=False)
+
+
+def forget(owner: object, path: str) -> None:
+    with _LOCK:
+        _HELD.pop((id(owner), path), None)
+
+
+def lookup(owner: object, path: str, text: str, options: tuple[object, ...],
+           recent_edit_lines: Sequence[tuple[int, int]] = ()) -> Kept | None:
+    """The held excerpts of ``path`` if ``text`` differs from their version only inside their
+    block (and they were chosen with the same options), else None."""
+    with _LOCK:
+        held = _HELD.get((id(owner), path))
+    if held is None or held.options != options:
+        return None
+    old = held.text
+    if old == text:
+        first = last = held.block_start
+        delta = 0
+    else:
+        start = common_prefix_len(old, text)
+        tail = common_suffix_len(old, text, min(len(old), len(text)) - start)
+        first = old.count("\n", 0, start)
+        last = first + old.count("\n", start, len(old) - tail)
+        delta = text.count("\n", start, len(text) - tail) - (last - first)
+    if not (held.block_start <= first and last <= held.block_end):
+        return None
+    if any(s.start_line <= last and first <= s.end_line for s in held.segments):
+        return None  # an excerpt shows a part of the block that changed (a partly shown block)
+    outside = {r for r in recent_edit_lines if not (held.block_start <= r[0] and r[1] <= held.block_end + delta)}
+    if outside != set(held.outside_edits):
+        return None
+    return Kept(held, first, last, delta)
+
+
+def shift(line: int, kept: Kept) -> int:
+    """A held line number in the request's version (lines after the change move by its delta)."""
+    return line + kept.delta if line > kept.edit_last else line
+
+
+def trim(excerpt_text: str, segments: list[Segment], excess: int, count_tokens: TokenCounter
+         ) -> tuple[str, list[Segment]]:
+    """Cut about ``excess`` tokens from the end of the excerpt text: whole segments, or the last
+    lines of a verbatim one when that is enough. Returns what is left (a prefix of the text)."""
+    segments = list(segments)
+    end = len(excerpt_text)
+    while excess > 0 and segments:
+        seg = segments[-1]
+        body = excerpt_text[seg.offset:end]
+        whole = count_tokens(body)
+        lines = body.splitlines(keepends=True)
+        if seg.verbatim and whole > excess and len(lines) > MIN_LINES_LEFT:
+            # the segment's marker (if any) is its first line; the file's lines follow it
+            cut = len(lines)
+            removed = 0
+            while cut > MIN_LINES_LEFT and removed < excess:
+                cut -= 1
+                removed += count_tokens(lines[cut])
+            if removed >= excess:
+                shown = cut - (len(lines) - (seg.end_line - seg.start_line + 1))
+                segments[-1] = replace(seg, end_line=seg.start_line + max(0, shown) - 1)
+                return excerpt_text[:seg.offset] + "".join(lines[:cut]), segments
+        segments.pop()
+        end = seg.offset
+        excess -= whole
+    return excerpt_text[:end], segments
