@@ -175,6 +175,60 @@ def test_a_docstring_line_keeps_its_quotes() -> None:
         assert [s.name for s in extract_symbols(parsed).symbols] == ["a", "b"]
 
 
+def test_a_docstring_being_typed_is_closed_at_the_cursor_line() -> None:
+    """A docstring typed into a function, its closing quotes not typed yet: the string would run
+    to the end of the file and turn every later docstring inside out."""
+    head = 'def a():\n    """Do a."""\n    return 1\n\n\ndef typed(x):\n'
+    tail = '\n\ndef b():\n    """Do b."""\n    return 2\n\n\nclass C:\n    """A class."""\n'
+    opening = head + '    """Return the' + tail  # the line opening it is the cursor line
+    parsed = TreeCache().get("m.py", opening, "python", blank_line=6)
+    assert parsed.parsed_bytes.splitlines()[6] == b"    _".ljust(len('    """Return the'))  # a statement
+    assert [s.name for s in extract_symbols(parsed).symbols] == ["a", "typed", "b", "C"]
+    inside = head + '    """Return the\n    sum of' + tail  # a line inside it
+    parsed = TreeCache().get("m.py", inside, "python", blank_line=7)
+    assert parsed.parsed_bytes.splitlines()[7] == b'"""' + b" " * 7  # closed, at the line's start
+    assert not parsed.tree.root_node.has_error
+    assert [s.name for s in extract_symbols(parsed).symbols] == ["a", "typed", "b", "C"]
+    # a line inside a docstring that is closed further down is left as it was
+    closed = head + '    """Return the\n    sum of\n    """\n    return x' + tail
+    parsed = TreeCache().get("m.py", closed, "python", blank_line=7)
+    assert b'"""' not in parsed.parsed_bytes.splitlines()[7]
+    assert [s.name for s in extract_symbols(parsed).symbols] == ["a", "typed", "b", "C"]
+
+
+def test_a_new_line_of_a_block_typed_since_opening_is_one_edit_of_the_opened_version() -> None:
+    lines = SOURCE.splitlines(keepends=True)
+    opened = "".join([*lines[:301], *lines[302:]])  # f100's body removed; typed back below
+    cache = TreeCache()
+    extract_symbols(cache.get("m.py", opened, "python"))
+    typed: list[str] = []
+    for n, line in enumerate(['    """Add a hundred.\n', "\n", "    More.\n", '    """\n', "    return x + 100\n"]):
+        typed.append(line)
+        text = "".join([*lines[:301], *typed, *lines[302:]])
+        before = cache.from_base
+        parsed = cache.get("m.py", text, "python", blank_line=301 + n)
+        # the typed lines are one edit of the opened version (the first request's predecessor is it)
+        assert cache.from_base == before + (n > 0)
+        assert str(parsed.tree.root_node) == str(parse_text(parsed.parsed_bytes.decode(), "python").tree.root_node)
+        table = cheap_symbols(parsed) or extract_symbols(parsed)
+        assert [s.name for s in table.symbols] == [f"f{i}" for i in range(300)]
+
+
+def test_a_continuation_line_is_known_from_the_opened_version_after_a_jump() -> None:
+    text = SOURCE + "def b():\n    return bool(\n        foo(\n            1\n        )\n        <= bar(\n" \
+        "            2\n        )\n    )\n"
+    line = SOURCE.count("\n") + 5  # "        <= bar(": nothing in the text above says it continues
+    cache = TreeCache()
+    cache.get("m.py", text, "python")
+    lines = text.splitlines(keepends=True)
+    near_top = "".join([*lines[:4], "    return", *lines[5:]])
+    cache.get("m.py", near_top, "python", blank_line=4)  # the latest version differs above the call
+    typed = text.replace("        <= bar(\n", "        <= ba\n")
+    parsed = cache.get("m.py", typed, "python", blank_line=line)
+    assert parsed.parsed_bytes.splitlines()[line].strip() == b""  # spaces: inside the call's brackets
+    assert [s.name for s in extract_symbols(parsed).symbols] == [*(f"f{i}" for i in range(300)), "b"]
+
+
 def test_a_line_closing_brackets_keeps_its_closers() -> None:
     text = "def b():\n    x = foo(\n        1,\n    ) + bar(2)\n    return x\n"
     parsed = TreeCache().get("m.py", text, "python", blank_line=3)
