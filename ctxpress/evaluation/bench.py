@@ -249,6 +249,7 @@ def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[s
     lat = [s.latency_ms for s in ok]
     out["latency_ms_p50"] = percentile(lat, 50) if lat else None
     out["latency_ms_p95"] = percentile(lat, 95) if lat else None
+    out["latency_ms_mean"] = statistics.fmean(lat) if lat else None
     out["latency_ms_first"] = lat[0] if lat else None  # a replay's first request: what a cold start costs
     busy = seconds if seconds is not None else sum(lat) / 1000
     out["throughput_rps"] = len(ok) / busy if busy else None
@@ -311,8 +312,8 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
 
 
 def report_lines(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    keys = ("requests", "errors", "latency_ms_p50", "latency_ms_p95", "latency_ms_first", "throughput_rps",
-            "cache_hit_rate", "prompt_tokens_mean", "processed_tokens_mean", "draft_acceptance",
+    keys = ("requests", "errors", "latency_ms_p50", "latency_ms_p95", "latency_ms_mean", "latency_ms_first",
+            "throughput_rps", "cache_hit_rate", "prompt_tokens_mean", "processed_tokens_mean", "draft_acceptance",
             "draft_accepted_per_request", "suggestion_match_rate")
     lines = []
     for name, modes in results.items():
