@@ -46,7 +46,7 @@ from workers.context.packing import (
 )
 from workers.context.recent_edits import recent_edit_candidates
 from workers.context.references import referenced_candidates
-from workers.context.similar import similar_candidates
+from workers.context.similar import index_words, similar_candidates
 from workers.context.window import baseline_window, clamp_cursor, split_at_cursor
 
 log = logging.getLogger("ctxpress.context")
@@ -553,6 +553,7 @@ def warm_file(
         assert lang is not None
         parsed = (cache if cache is not None else TREE_CACHE).get(path, text, lang)
         table = extract_symbols(parsed)
+        index_words(parsed)
         if count_tokens is not None:
             counter = memoized(count_tokens)
             warm_line_counts(parsed, counter)

@@ -124,3 +124,25 @@ def test_typing_on_at_the_same_line_keeps_the_excerpts_offered_there() -> None:
     # at another line of the same file: asked afresh
     other = similar_candidates(parse_text(typed, "python", "r.py"), 2, 10, [(0, 6)], _estimate, 5)
     assert similar._OFFERED["r.py"][0] == 2 and _snapshot(other) != _snapshot(first)
+
+
+def test_the_opened_version_indexed_whole_answers_as_word_by_word_lookups() -> None:
+    from longfile import long_python_file
+
+    from workers.context.similar import _IDENT, _word_index, _WordIndex, index_words
+
+    path, text = long_python_file()
+    text += "\nx1name = 0xdeadbeef + name_2 + éname + naïve_name\n"  # runs next to digits and non-ASCII
+    parsed = parse_text(text, "python", path)
+    starts = [*parsed.line_starts, len(parsed.source) + 1]
+    whole, lazy = _WordIndex(parsed.source, starts), _WordIndex(parsed.source, starts)
+    whole.index_all()
+    words = sorted(set(_IDENT.findall(parsed.source)))
+    assert len(words) > 500
+    for word in [*words[::max(1, len(words) // 400)], b"name", b"name_2", b"deadbeef", b"x1name", b"nowhere_at_all"]:
+        assert whole.lines(word) == lazy.lines(word), word
+    # warming a file indexes it whole, and a new cursor in the file as it was uses that index
+    index_words(parsed)
+    lines = text.splitlines(keepends=True)
+    cursor = parse_text("".join([*lines[:100], "    x = name", "\n", *lines[101:]]), "python", path)
+    assert _word_index(cursor, 100, [*cursor.line_starts, len(cursor.source) + 1])._complete
