@@ -57,3 +57,23 @@ def test_tight_budget_keeps_helper_before_unreferenced(language: str, count_toke
         unrelated_block = ctx.blocks[chosen.index(unrelated)]
         assert dropped[helper].tokens > unrelated_block.tokens
         assert "does not fit" in dropped[helper].reason
+
+
+@pytest.mark.parametrize("language", sorted(SAMPLES))
+def test_typing_at_the_cursor_keeps_the_excerpts(language: str, count_tokens: Callable[[str], int]) -> None:
+    from indexer.parsing import TreeCache
+    from workers.context.steady import NOTE
+
+    filename, marked = SAMPLES[language]
+    text, line, column = split_cursor(marked)
+    cache = TreeCache()
+    first = assemble_context(text, filename, line, column, count_tokens=count_tokens, budget_tokens=300,
+                             timeout_ms=2000, cache=cache, **CROP_ONLY)
+    lines = text.splitlines(keepends=True)
+    lines[line] = lines[line][:column] + "val" + lines[line][column:]
+    typed = assemble_context("".join(lines), filename, line, column + 3, count_tokens=count_tokens,
+                             budget_tokens=300, timeout_ms=2000, cache=cache, **CROP_ONLY)
+    assert typed.strategy == "ast" and typed.blocks[0].name == first.blocks[0].name
+    assert typed.prefix.startswith(first.prefix[:first.stable_chars]) and typed.prefix.endswith("val")
+    assert len(typed.blocks) > 1 and all(NOTE in b.reason for b in typed.blocks[1:])
+    assert count_tokens(typed.prefix) + count_tokens(typed.suffix) == typed.context_tokens <= 300
