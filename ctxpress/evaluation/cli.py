@@ -149,6 +149,9 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     if args.peer_server is not None and not args.peer_server.is_file():
         print(f"error: --peer-server {args.peer_server}: no such file", file=sys.stderr)
         return 2
+    if args.peer_server is not None and "typing" not in scenarios:
+        print("error: --peer-server replays the typing scenario: add --scenario typing", file=sys.stderr)
+        return 2
     try:
         results = asyncio.run(run_bench(cfg, scenarios, typing_file, others))
         if args.peer_server is not None and "typing" in scenarios:

@@ -158,3 +158,25 @@ async def test_file_opened_with_a_cursor_prewarms_and_the_file_keeps_its_kv(appl
     assert ctx["kv_bytes"] and ctx["kv_bytes"] > 0
     baseline = await ask(nats_client, subject, json.dumps({**request, "mode": "baseline"}).encode())
     assert "error" not in baseline and (baseline["context"]["cached_tokens"] or 0) < ctx["cached_tokens"]
+
+
+async def test_typing_in_a_function_reprocesses_only_the_typed_tail(appliance: Any, nats_client: Any) -> None:
+    """Steady excerpts: the second keystroke's prompt is the first's plus what was typed, so the
+    engine processes only the tail (the excerpts before the function are kept as they were)."""
+    subject = appliance.settings.completion_subject
+    body = "".join(f"def helper_{i}(x):\n    return x * {i} + {i}\n\n\n" for i in range(150))
+    head = body + "def total(values):\n    acc = 0\n    for v in values:\n        acc += helper_3(v)\n    "
+    tail = "\n\n\ndef after(x):\n    return x\n"
+    line = head.count("\n")
+
+    def request(typed: str) -> bytes:
+        return json.dumps({"repository": "demo", "path": "typing_a.py", "text": head + typed + tail, "line": line,
+                           "column": 4 + len(typed), "max_tokens": 4, "mode": "optimized"}).encode()
+
+    first = await ask(nats_client, subject, request("ret"))
+    assert "error" not in first and first["context"]["strategy"] == "ast", first
+    second = await ask(nats_client, subject, request("return ac"))
+    assert "error" not in second, second
+    ctx = second["context"]
+    assert ctx["cached_tokens"] >= ctx["prompt_tokens"] - 12, ctx  # only the typed tail was processed
+    assert any("kept while typing" in b["reason"] for b in ctx["blocks"][1:]), ctx["blocks"]

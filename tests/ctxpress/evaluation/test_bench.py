@@ -86,3 +86,14 @@ def test_bench_typing_and_short_end_to_end(appliance: Any, tmp_path: Path) -> No
         assert 0 <= final["scenarios"]["typing"][mode]["suggestion_match_rate"] <= 1
     # a typing replay keeps the prompt prefix warm between keystrokes
     assert final["scenarios"]["typing"]["optimized"]["cache_hit_rate"] > 0
+
+
+def test_peer_server_errors_are_clear(tmp_path: Path, capsys: Any) -> None:
+    from ctxpress.cli import main
+
+    assert main(["bench", "--scenario", "typing", "--peer-server", str(tmp_path / "missing")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    binary = tmp_path / "llama-server"
+    binary.write_text("")
+    assert main(["bench", "--scenario", "short", "--peer-server", str(binary)]) == 2
+    assert "--scenario typing" in capsys.readouterr().err
