@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ from workers import metrics
 from workers.context.assemble import assemble_context, warm_file
 from workers.context.line_tokens import exact_counter
 from workers.context.packing import memoized
-from workers.context.retrieval import Retrieval, Retriever, render_retrieved
+from workers.context.retrieval import RenderedChunk, Retrieval, Retriever, render_retrieved
 from workers.context.window import CursorOutOfRange, Window, baseline_window, split_at_cursor
 from workers.file_store import FileStore
 from workers.postprocess import clean_completion
@@ -107,6 +108,13 @@ class Prepared:
     # The enclosing block up to the cursor: the prefix's last block_chars characters (cross-file
     # chunks go before it), which block_in_middle moves into the FIM middle.
     block_chars: int = 0
+    # The in-file excerpts were kept from the previous request (typing in the same block): so are
+    # the cross-file chunks after them (see CompletionService._add_retrieved).
+    steady: bool = False
+
+
+# Files whose cross-file chunks are kept for the next keystroke in the same block.
+HELD_CHUNK_FILES = 64
 
 
 class CompletionService:
@@ -128,6 +136,10 @@ class CompletionService:
         self.files = FileStore()
         self._file_tokens_cache: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()  # pre-warm tasks (kept referenced)
+        # (repository, path) -> the enclosing block the chunks were placed before, their text, pieces
+        self._held_chunks: OrderedDict[tuple[str, str], tuple[tuple[str, int], str, list[RenderedChunk]]] = \
+            OrderedDict()
+        self._held_chunks_lock = threading.Lock()  # _add_retrieved runs in executor threads
         # Work no live request waits for (warming an opened file, counting a whole file for the
         # report) runs on one thread at the lowest CPU priority: on the embedded appliance it
         # shares two cores with the engine, and at normal priority it slowed the prompt it ran
@@ -366,7 +378,8 @@ class CompletionService:
             dropped=[BlockReport(**vars(b)) for b in ctx.dropped],
         )
         return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled, stable_chars=ctx.stable_chars,
-                        block_chars=0 if ctx.strategy == "window-fallback" else len(ctx.prefix) - ctx.stable_chars)
+                        block_chars=0 if ctx.strategy == "window-fallback" else len(ctx.prefix) - ctx.stable_chars,
+                        steady=ctx.steady)
 
     def _wants_retrieval(self, request: CompletionRequest) -> bool:
         return (self.retriever is not None and request.mode == "optimized"
@@ -377,11 +390,13 @@ class CompletionService:
         return await self.retriever.retrieve(repositories=[request.repository], path=request.path, text=text,
                                              line=request.line, language=request.language)
 
-    def _add_retrieved(self, prepared: Prepared, retrieval: Retrieval) -> None:
+    def _add_retrieved(self, prepared: Prepared, retrieval: Retrieval, request: CompletionRequest) -> None:
         """Other files' chunks go between the in-file excerpts and the enclosing block (which
         stays next to the cursor), within what the in-file context left of the budget. Not
         first: they change with every cursor move, and everything after them in the prompt
-        would lose its cached KV."""
+        would lose its cached KV. While the user types in one block (the in-file excerpts kept),
+        the chunks placed there are kept too when they still fit: a query that follows the typed
+        words would change them, and the KV of the block after them, at every keystroke."""
         report = prepared.report
         r = retrieval.report
         report.retrieval = {"elapsed_ms": r.elapsed_ms, "threshold": r.threshold, "returned": r.returned,
@@ -390,11 +405,25 @@ class CompletionService:
             metrics.DEGRADED.labels("retrieval", r.skipped).inc()
             log.info(json.dumps({"event": "degraded", "part": "retrieval", "why": r.skipped}))
         room = (report.budget_tokens or 0) - report.context_tokens
-        if not retrieval.chunks or room <= 0:
-            return
-        text, rendered = render_retrieved(retrieval.chunks, room, self.count_tokens, prepared.language)
-        if not rendered:
-            return
+        key = (request.repository, request.path)
+        block = (report.blocks[0].name, report.blocks[0].start_line) if report.blocks else ("", -1)
+        with self._held_chunks_lock:
+            held = self._held_chunks.pop(key, None)
+        kept = (prepared.steady and held is not None and held[0] == block
+                and sum(piece.tokens for piece in held[2]) <= room)
+        if held is not None and kept:
+            _block, text, rendered = held
+        else:
+            if not retrieval.chunks or room <= 0:
+                return
+            text, rendered = render_retrieved(retrieval.chunks, room, self.count_tokens, prepared.language)
+            if not rendered:
+                return
+        with self._held_chunks_lock:
+            self._held_chunks[key] = (block, text, rendered)
+            while len(self._held_chunks) > HELD_CHUNK_FILES:
+                self._held_chunks.popitem(last=False)
+        note = "; kept while typing in the same block" if kept else ""
         at = prepared.stable_chars
         prepared.prefix = prepared.prefix[:at] + text + prepared.prefix[at:]
         report.context_tokens += sum(piece.tokens for piece in rendered)
@@ -403,7 +432,8 @@ class CompletionService:
             BlockReport(kind="retrieved", name=f"{piece.chunk.path}:{piece.chunk.symbol}",
                         start_line=piece.chunk.start_line, end_line=piece.chunk.end_line, form=piece.form,
                         tokens=piece.tokens,
-                        reason=f"other file, found by {'+'.join(piece.chunk.found_by)}, score {piece.chunk.score:.3f}")
+                        reason=(f"other file, found by {'+'.join(piece.chunk.found_by)}, "
+                                f"score {piece.chunk.score:.3f}{note}"))
             for piece in rendered
         )
 
@@ -426,7 +456,7 @@ class CompletionService:
         if self._wants_retrieval(request):
             # cross-file retrieval runs beside in-file assembly; it never raises and is bounded
             prepared, retrieval = await asyncio.gather(prepare, self._retrieve(request, text))
-            await loop.run_in_executor(None, self._add_retrieved, prepared, retrieval)
+            await loop.run_in_executor(None, self._add_retrieved, prepared, retrieval, request)
         else:
             prepared = await prepare
         context_ms = (time.perf_counter() - started) * 1000

@@ -107,6 +107,8 @@ class AssembledContext:
     # Length of the prefix's stable part (the excerpts before the enclosing block): it changes
     # least while the user types, so the engine's KV of it is reused; 0 for the window fallback.
     stable_chars: int = 0
+    # The excerpts are the previous request's, kept while the user types in the same block.
+    steady: bool = False
 
     @property
     def compression_ratio(self) -> float:
@@ -485,7 +487,7 @@ def _steady(
         prefix=prefix, suffix=enc.suffix, blocks=[enc_block, *(replace(b, reason=f"{b.reason}; {steady_excerpts.NOTE}")
                                                                for b in blocks)],
         dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
-        timings_ms=timings, stable_chars=len(excerpt_text),
+        timings_ms=timings, stable_chars=len(excerpt_text), steady=True,
     )
 
 
