@@ -421,6 +421,14 @@ def common_prefix_len(a: AnyStr, b: AnyStr) -> int:
     return lo
 
 
+def diff_region(old: AnyStr, new: AnyStr) -> tuple[int, int, int]:
+    """The one region where ``new`` differs from ``old`` (bytes or str): (start, end in old, end
+    in new), from their common prefix and suffix."""
+    start = common_prefix_len(old, new)
+    tail = common_suffix_len(old, new, min(len(old), len(new)) - start)
+    return start, len(old) - tail, len(new) - tail
+
+
 def common_suffix_len(a: AnyStr, b: AnyStr, limit: int) -> int:
     """Length of the longest common suffix of two texts, at most ``limit`` (bytes or str)."""
     lo, hi = 0, limit
@@ -601,10 +609,7 @@ class TreeCache:
             self.full_parses += 1
             return ParsedFile(path, language, source, get_parser(language).parse(source))
         old = cached.parsed_bytes
-        start = common_prefix_len(old, source)
-        suffix = common_suffix_len(old, source, min(len(old), len(source)) - start)
-        old_end = len(old) - suffix
-        new_end = len(source) - suffix
+        start, old_end, new_end = diff_region(old, source)
         middle = _second_region(old, source, start, old_end, new_end)
         if middle is not None:
             # Two edits far apart (the line typed in before, the line typed in now): one edit
@@ -615,10 +620,9 @@ class TreeCache:
             halfway = source[:first_new_end] + old[first_old_end:]
             cached = self._incremental(path, language, cached, halfway, start, first_old_end, first_new_end,
                                        forget_predecessor=True)
-            start = common_prefix_len(halfway, source)
-            suffix = common_suffix_len(halfway, source, min(len(halfway), len(source)) - start)
-            return self._incremental(path, language, cached, source, start, len(halfway) - suffix,
-                                     len(source) - suffix, forget_predecessor=False)
+            start, old_end, new_end = diff_region(halfway, source)
+            return self._incremental(path, language, cached, source, start, old_end, new_end,
+                                     forget_predecessor=False)
         return self._incremental(path, language, cached, source, start, old_end, new_end, forget_predecessor=True)
 
     def _incremental(self, path: str, language: str, cached: ParsedFile, source: bytes, start: int, old_end: int,
@@ -664,9 +668,7 @@ def _edit_region(old: bytes, new: bytes, limit: int) -> tuple[int, int, int] | N
     it spans more than ``limit`` bytes."""
     if abs(len(old) - len(new)) > limit:
         return None
-    start = common_prefix_len(old, new)
-    tail = common_suffix_len(old, new, min(len(old), len(new)) - start)
-    old_end, new_end = len(old) - tail, len(new) - tail
+    start, old_end, new_end = diff_region(old, new)
     if max(old_end, new_end) - start > limit:
         return None
     return start, old_end, new_end

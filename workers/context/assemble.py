@@ -422,12 +422,10 @@ def _assemble(
     dropped_blocks = [_block(c, None, f"{c.drop_reason} ({c.reason})")
                       for c in sorted(dropped, key=lambda c: c.priority)]
     if steady and enc.symbol is not None and below is None:
-        first = enc.prefix_pieces[0].start_line if enc.prefix_pieces else enc.start_line
         steady_excerpts.remember(cache, path, steady_excerpts.Held(
             text=text, options=options, block_name=enc.name, block_start=enc.start_line,
             block_end=max(enc.end_line, line), excerpt_text=rendered.excerpt_text, segments=rendered.segments,
-            above=max((p.end_line for p in rendered.pieces if p.end_line < first), default=-1),
-            blocks=blocks[1:], dropped=dropped_blocks,
+            above=rendered.above, blocks=blocks[1:], dropped=dropped_blocks,
             outside_edits=frozenset(r for r in recent_edit_lines
                                     if not (enc.start_line <= r[0] and r[1] <= max(enc.end_line, line)))))
     elif steady:
@@ -451,8 +449,7 @@ def _steady(
     enc = find_enclosing(table, line, cursor_byte, budget, count_tokens, marker_tokens)
     if enc.symbol is None or enc.name != held.block_name or enc.start_line != held.block_start:
         return None
-    segments = [replace(s, start_line=steady_excerpts.shift(s.start_line, kept),
-                        end_line=steady_excerpts.shift(s.end_line, kept)) for s in held.segments]
+    segments = [steady_excerpts.moved(s, kept) for s in held.segments]
     excerpt_text, above = held.excerpt_text, held.above
     first = enc.prefix_pieces[0].start_line if enc.prefix_pieces else enc.start_line
     for _attempt in range(4):
@@ -469,11 +466,9 @@ def _steady(
         return None
     shown = [(s.start_line, s.end_line) for s in segments]
     blocks: list[ContextBlock] = []
-    dropped = [replace(b, start_line=steady_excerpts.shift(b.start_line, kept),
-                       end_line=steady_excerpts.shift(b.end_line, kept)) for b in held.dropped]
+    dropped = [steady_excerpts.moved(b, kept) for b in held.dropped]
     for block in held.blocks:
-        moved = replace(block, start_line=steady_excerpts.shift(block.start_line, kept),
-                        end_line=steady_excerpts.shift(block.end_line, kept))
+        moved = steady_excerpts.moved(block, kept)
         if any(a <= moved.end_line and moved.start_line <= b for a, b in shown):
             blocks.append(moved)
         else:

@@ -329,6 +329,7 @@ class Rendered:
     excerpt_text: str = ""
     pieces: list[Piece] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
+    above: int = -1  # the last line an excerpt above the enclosing block shows (see render_enclosing)
 
 
 def render_prompt(
@@ -343,11 +344,13 @@ def render_prompt(
     segments: list[Segment] = []
     excerpts, _shown_until = render_excerpts(pieces, language, file_lines, segments)
     prefix = excerpts
+    above = -1
     if enclosing_pieces:
         first = enclosing_pieces[0].start_line
         above = max((p.end_line for p in pieces if p.end_line < first), default=-1)
         prefix += render_enclosing(enclosing_pieces, above, language, file_lines)
-    return Rendered(prefix=prefix, suffix=suffix, excerpt_text=excerpts, pieces=pieces, segments=segments)
+    return Rendered(prefix=prefix, suffix=suffix, excerpt_text=excerpts, pieces=pieces, segments=segments,
+                    above=above)
 
 
 def render_enclosing(enclosing_pieces: list[Piece], above: int, language: str, file_lines: list[str]) -> str:

@@ -134,9 +134,7 @@ def index_words(parsed: ParsedFile) -> None:
     lines, in the background), so that requests at new cursors look words up rather than scan."""
     index = _WordIndex(parsed.source, [*parsed.line_starts, len(parsed.source) + 1])
     index.index_all()
-    if len(_WORD_INDEXES) >= _WORD_INDEX_FILES:
-        _WORD_INDEXES.clear()
-    _WORD_INDEXES[parsed.path] = index
+    _keep_index(parsed.path, index)
 
 
 def _word_index(parsed: ParsedFile, line: int, starts: list[int]) -> _WordIndex:
@@ -144,10 +142,14 @@ def _word_index(parsed: ParsedFile, line: int, starts: list[int]) -> _WordIndex:
     if known is not None and known.same_but_line(parsed.source, starts, line):
         return known
     index = _WordIndex(parsed.source, starts)
+    _keep_index(parsed.path, index)
+    return index
+
+
+def _keep_index(path: str, index: _WordIndex) -> None:
     if len(_WORD_INDEXES) >= _WORD_INDEX_FILES:
         _WORD_INDEXES.clear()
-    _WORD_INDEXES[parsed.path] = index
-    return index
+    _WORD_INDEXES[path] = index
 
 
 # path -> the excerpts offered at a cursor line: (line, the word index they were found with,

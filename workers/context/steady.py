@@ -23,9 +23,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from indexer.parsing import common_prefix_len, common_suffix_len
+from indexer.parsing import diff_region
 from workers.context.packing import Segment, TokenCounter
 
 if TYPE_CHECKING:
@@ -36,6 +36,8 @@ MAX_FILES = 64
 # Cutting lines of the last excerpt stops here; below this many lines it goes whole.
 MIN_LINES_LEFT = 2
 NOTE = "kept while typing in the same block"
+
+_Lines = TypeVar("_Lines", "Segment", "ContextBlock")
 
 
 @dataclass
@@ -97,11 +99,10 @@ def lookup(owner: object, path: str, text: str, options: tuple[object, ...],
         first = last = held.block_start
         delta = 0
     else:
-        start = common_prefix_len(old, text)
-        tail = common_suffix_len(old, text, min(len(old), len(text)) - start)
+        start, old_end, new_end = diff_region(old, text)
         first = old.count("\n", 0, start)
-        last = first + old.count("\n", start, len(old) - tail)
-        delta = text.count("\n", start, len(text) - tail) - (last - first)
+        last = first + old.count("\n", start, old_end)
+        delta = text.count("\n", start, new_end) - (last - first)
     if not (held.block_start <= first and last <= held.block_end):
         return None
     if any(s.start_line <= last and first <= s.end_line for s in held.segments):
@@ -115,6 +116,11 @@ def lookup(owner: object, path: str, text: str, options: tuple[object, ...],
 def shift(line: int, kept: Kept) -> int:
     """A held line number in the request's version (lines after the change move by its delta)."""
     return line + kept.delta if line > kept.edit_last else line
+
+
+def moved(item: _Lines, kept: Kept) -> _Lines:
+    """A held segment or block with its lines in the request's version."""
+    return replace(item, start_line=shift(item.start_line, kept), end_line=shift(item.end_line, kept))
 
 
 def trim(excerpt_text: str, segments: list[Segment], excess: int, count_tokens: TokenCounter
