@@ -111,9 +111,12 @@ def engine_summary(path: Path) -> str:
     hit = pool.get("reused_tokens", 0) / pool["prompt_tokens"] if pool.get("prompt_tokens") else 0.0
     draft = s.get("draft_model") or f"off ({s.get('draft_disabled_reason') or 'not configured'})"
     spec = ", ".join(f"{k} {v}" for k, v in sorted(s.get("speculation", {}).items())) or "none yet"
+    admission = s.get("admission", {})
+    order = "latency-first" if admission.get("latency_first") else "arrival order"
     return (f"engine: KV {s.get('kv_type')}, pool {len(s.get('kv_slots', []))} files, "
             f"{hit:.0%} of prompt tokens reused, {pool.get('evictions', 0)} evictions; "
-            f"speculation: {spec}; draft model: {draft}")
+            f"speculation: {spec}; draft model: {draft}; admission: {order}, "
+            f"{s.get('gave_way', 0)} prompts gave way to requests due earlier")
 
 
 class Part:

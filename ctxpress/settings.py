@@ -47,7 +47,8 @@ class Settings(BaseSettings):
     kv_pool_slots: int = 4
     # Default speculative decoding: "auto" (a policy over measured figures), "none", "ngram", "draft".
     speculation: str = "auto"
-    # Latency-first admission to the engine (5 ms window, urgent first, warm-ups last); off: arrival order.
+    # Latency-first admission to the engine (5 ms window, urgent first, earliest deadline first, a prompt
+    # giving way to a request due before it, warm-ups last); off: arrival order.
     batching: bool = True
     # The 0.5B draft model: on by default when its package is installed; "off" disables it.
     draft_model: str = "packaged"

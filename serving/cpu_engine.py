@@ -16,7 +16,10 @@ API cannot do together:
 
 Requests are served one at a time (the lock); figures per request (prompt tokens, tokens reused
 from the pool, draft tokens proposed/accepted, timings, KV bytes of the sequence) go back to
-Triton's caller with the last chunk.
+Triton's caller with the last chunk. A request's prompt processing can give way between chunks
+to a request due before it (``give_way``, asked by the latency-first admission): it stops with
+``GaveWay``, keeping the KV it has processed in its file's sequence, and when it runs again the
+pool hands that back as a common prefix, so nothing is processed twice.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from __future__ import annotations
 import codecs
 import ctypes
 import logging
+import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from serving.kv_pool import KVPool, common_prefix
-from serving.speculation import SpeculationChoice, SpeculationPolicy, ngram_proposal
+from serving.speculation import Ema, SpeculationChoice, SpeculationPolicy, ngram_proposal
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,32 @@ MAX_DRAFT = 8
 # A warm-up (max_tokens=0) processes its prompt in chunks this small and gives way to a live
 # request between chunks: a live request waits at most one chunk (~0.5 s on 2 cores).
 WARM_CHUNK = 32
+# A live prompt that may give way to another request is processed in chunks this long: a request
+# due earlier waits at most one chunk (~2 s on 2 cores). Measured here (1.5B Q4_K_M, an 855-token
+# prompt, two rounds): 128-token chunks 18.9 / 17.0 s, 512-token ones 20.7 / 16.9 s, but 64-token
+# ones 22.2 / 21.0 s: below 128 the matrix kernels lose width.
+YIELD_CHUNK = 128
+# While requests contend for the engine (one was waiting as another ran, in the last
+# ``CONTENDED_WINDOW_S``: a colleague typing while another opens a file), a prompt takes smaller
+# bites, so a keystroke waits ~0.7 s for the chunk in progress rather than ~2.5 s; they cost that
+# prompt ~25 % more time (same measurement: 32-token chunks 23.2 / 22.8 s). A lone user, whose
+# requests never overlap, keeps the wide chunks.
+CONTENDED_YIELD_CHUNK = 32
+CONTENDED_WINDOW_S = 10.0
+# Priors of the measured rates a request's expected service time is estimated from.
+PRIOR_PROMPT_MS_PER_TOKEN = 16.0
+
+
+class GaveWay(Exception):
+    """Prompt processing stopped between chunks for a request due earlier; the KV processed so
+    far stays in the file's sequence. Handed back as ``carried`` when the request runs again:
+    ``processed`` prompt tokens and ``prompt_ms`` over its attempts so far, ``times`` it gave way."""
+
+    def __init__(self, processed: int, prompt_ms: float, times: int) -> None:
+        super().__init__(f"gave way after {processed} prompt tokens")
+        self.processed = processed
+        self.prompt_ms = prompt_ms
+        self.times = times
 
 
 @dataclass
@@ -62,6 +92,7 @@ class GenerationFigures:
     decode_ms: float = 0.0
     kv_bytes: int = 0
     evicted: int = 0
+    gave_way: int = 0  # times its prompt processing stepped aside for a request due earlier
     token_ids: list[int] = field(default_factory=list)  # the completion's tokens (for verification)
 
 
@@ -212,6 +243,7 @@ class EngineStats:
     speculation_by_method: dict[str, int] = field(default_factory=dict)
     draft_proposed: int = 0
     draft_accepted: int = 0
+    gave_way: int = 0  # prompt processings that stepped aside for a request due earlier
 
 
 class LlamaEngine:
@@ -230,6 +262,8 @@ class LlamaEngine:
                               n_batch=config.n_batch, kv_type=config.kv_type)
         self.pool = KVPool(config.n_slots, config.n_ctx)
         self.stats = EngineStats()
+        self.prompt_ms_per_token = Ema(PRIOR_PROMPT_MS_PER_TOKEN)
+        self._contended_at = -math.inf  # when a live request last waited while another ran
         self.draft: _DraftModel | None = None
         self.draft_disabled_reason: str | None = None
         if config.draft_model_path is not None:
@@ -283,6 +317,8 @@ class LlamaEngine:
             "speculation": dict(self.stats.speculation_by_method),
             "draft_proposed": self.stats.draft_proposed,
             "draft_accepted": self.stats.draft_accepted,
+            "gave_way": self.stats.gave_way,
+            "prompt_ms_per_token": round(self.prompt_ms_per_token.value, 2),
             "policy": self.policy.snapshot(),
         }
 
@@ -295,19 +331,32 @@ class LlamaEngine:
         stop: Sequence[str] = (),
         cache_key: str | None = None,
         speculation: str | None = None,
+        give_way: Callable[[], bool] | None = None,
+        carried: GaveWay | None = None,
     ) -> Iterator[GenerationChunk]:
         """Stream the completion; the last chunk has ``final=True`` and the full figures.
 
         ``cache_key``: the file this prompt belongs to (repository + path + model), for the KV
         pool; None shares slots by longest prefix. ``speculation``: "auto" (the policy),
         "none", "ngram" or "draft"; None is the engine's default. Greedy (temperature 0) output
-        does not depend on it.
+        does not depend on it. ``give_way``: asked between chunks of prompt processing; True
+        stops it with ``GaveWay`` (before any text). ``carried``: the ``GaveWay`` of this
+        request's earlier attempt (its tokens are counted as processed, not as cached).
         """
         mode = speculation or self.config.speculation
         if mode not in SPECULATION_MODES:
             raise ValueError(f"unknown speculation mode {mode!r}")
         with self._lock:
-            yield from self._generate_locked(prompt, max_tokens, temperature, stop, cache_key, mode)
+            yield from self._generate_locked(prompt, max_tokens, temperature, stop, cache_key, mode, give_way,
+                                             carried)
+
+    def expected_ms(self, prompt: str, cache_key: str | None, max_tokens: int) -> float:
+        """Expected service time of a request at the rates measured so far: the prompt tokens its
+        file's sequence does not hold yet, and ``max_tokens`` decode steps. Safe to call from
+        another thread while the engine runs (it reads the pool without changing it)."""
+        tokens = self.tokenize(prompt)
+        uncached = len(tokens) - self.pool.peek(cache_key, tokens)
+        return uncached * self.prompt_ms_per_token.value + max(max_tokens, 0) * self.policy.target_step_ms.value
 
     def prefill(self, prompt: str, cache_key: str | None) -> GenerationFigures:
         """Process a prompt into the pool without generating (pre-warming a file's stable part)."""
@@ -329,7 +378,7 @@ class LlamaEngine:
 
     def _generate_locked(
         self, prompt: str, max_tokens: int, temperature: float, stop: Sequence[str], cache_key: str | None,
-        mode: str,
+        mode: str, give_way: Callable[[], bool] | None, carried: GaveWay | None,
     ) -> Iterator[GenerationChunk]:
         r = self.target
         tokens = self.tokenize(prompt)
@@ -342,7 +391,9 @@ class LlamaEngine:
         if lease.evicted:
             log.info("KV pool evicted %s for %s", ", ".join(lease.evicted), cache_key or "an unkeyed prompt")
         slot, seq = lease.slot, lease.slot.seq_id
-        figures.cached_tokens = lease.reused
+        # What an earlier attempt of this request processed is back as a prefix: not from cache.
+        figures.cached_tokens = max(0, lease.reused - (carried.processed if carried else 0))
+        figures.gave_way = carried.times if carried else 0
         r.remove(seq, lease.reused)
         slot.tokens = tokens[:lease.reused]
         started = time.perf_counter()
@@ -359,9 +410,23 @@ class LlamaEngine:
             figures.kv_bytes = r.seq_bytes(seq)
             yield GenerationChunk(text="", figures=figures, final=True)
             return
-        self._decode_into(slot, tokens[lease.reused:], all_logits=False)
+        rest = tokens[lease.reused:]
+        i = 0
+        while i < len(rest):
+            if i and give_way is not None and give_way():
+                self.stats.gave_way += 1
+                self._contended_at = time.monotonic()
+                spent = (time.perf_counter() - started) * 1000
+                raise GaveWay(i + (carried.processed if carried else 0),
+                              spent + (carried.prompt_ms if carried else 0.0), figures.gave_way + 1)
+            step = len(rest) if give_way is None else self._yield_chunk()
+            self._decode_into(slot, rest[i:i + step], all_logits=False)
+            i += step
         pending = r.argmax(-1) if temperature <= 0 else r.sample(-1, temperature, self._rng)
         figures.prompt_ms = (time.perf_counter() - started) * 1000
+        if len(rest) >= YIELD_CHUNK:
+            self.prompt_ms_per_token.update(figures.prompt_ms / len(rest))
+        figures.prompt_ms += carried.prompt_ms if carried else 0.0
 
         choice = self._choose(mode, temperature, max_tokens, tokens)
         figures.speculation = choice.method
@@ -429,6 +494,13 @@ class LlamaEngine:
         self.stats.draft_proposed += figures.draft_proposed
         self.stats.draft_accepted += figures.draft_accepted
         yield GenerationChunk(text="", figures=figures, final=True)
+
+    def _yield_chunk(self) -> int:
+        """Tokens to process before asking again whether to give way (narrow under contention)."""
+        if self.live_waiting > 0:
+            self._contended_at = time.monotonic()
+        contended = time.monotonic() - self._contended_at < CONTENDED_WINDOW_S
+        return CONTENDED_YIELD_CHUNK if contended else YIELD_CHUNK
 
     def _decode_into(self, slot: Any, tokens: Sequence[int], *, all_logits: bool) -> None:
         self.target.decode(slot.seq_id, tokens, len(slot.tokens), all_logits=all_logits)

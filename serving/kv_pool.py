@@ -67,6 +67,12 @@ class KVPool:
     def used_cells(self) -> int:
         return sum(len(s.tokens) for s in self.slots)
 
+    def peek(self, key: str | None, prompt: Sequence[int]) -> int:
+        """Prompt tokens a lease would reuse now (changes nothing: for estimating a request's cost)."""
+        key = SHARED if key is None else key
+        slot = next((s for s in self.slots if s.key == key), None)
+        return 0 if slot is None else min(common_prefix(list(slot.tokens), prompt), max(len(prompt) - 1, 0))
+
     def lease(self, key: str | None, prompt: Sequence[int], room: int) -> Lease:
         """Choose the slot for ``prompt`` (plus ``room`` cells for generated tokens).
 

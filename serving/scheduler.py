@@ -10,6 +10,16 @@ when no live request waits. Speculative draft proposals never pass through here:
 makes them inside a request; only whole requests (whose verification steps an engine that
 batches may interleave) are admitted.
 
+Within each queue, earliest deadline first: a request's deadline is its arrival plus its own
+expected service time (the prompt tokens its engine must still process and the tokens it may
+generate, at the engine's measured rates), so a keystroke whose prompt is nearly all in the KV
+cache (~1 s) is not served after a cold 1,000-token prompt that arrived a moment before it
+(~15 s on 2 cores), and a long request is never pushed back further than by requests due
+before it: its wait is bounded by its own size. Requests submitted without a cost have their
+arrival as deadline (arrival order). ``earlier_than`` tells a running request's prompt
+processing whether a queued live request is due before it, so it can give way between chunks
+and be submitted again with its original arrival and deadline.
+
 The embedded CPU engine serves one request at a time, so there the scheduler decides order
 only; an engine that batches takes the released list as one batch. Pure logic on an
 injectable clock, unit-tested without threads.
@@ -30,10 +40,19 @@ WINDOW_S = 0.005
 HISTORY = 100
 
 
+@dataclass(frozen=True)
+class Ticket:
+    """When a request first arrived and when it is due (arrival + expected service time)."""
+
+    arrived: float
+    deadline: float
+
+
 @dataclass
 class _Entry(Generic[T]):
     item: T
-    arrived: float
+    queued: float  # when this entry was queued (a request that gave way: when it was queued again)
+    deadline: float
     warm: bool = False
 
 
@@ -60,13 +79,25 @@ class LatencyFirstScheduler(Generic[T]):
     def __len__(self) -> int:
         return len(self._fresh) + len(self._warm)
 
-    def submit(self, item: T, *, warm: bool = False) -> None:
+    def submit(self, item: T, *, warm: bool = False, cost_s: float = 0.0, ticket: Ticket | None = None) -> Ticket:
+        """Queue ``item`` (``cost_s``: its expected service time). ``ticket``: a request that gave
+        way is queued again with the ticket of its first submission: it keeps its arrival and
+        deadline, and is not counted as a new arrival."""
         now = self._clock()
         if warm:
-            self._warm.append(_Entry(item, now, warm=True))
-            return
-        self._arrivals.append(now)
-        self._fresh.append(_Entry(item, now))
+            self._warm.append(_Entry(item, now, math.inf, warm=True))
+            return Ticket(now, math.inf)
+        if ticket is None:
+            self._arrivals.append(now)
+            ticket = Ticket(now, now + cost_s)
+        # Urgency counts from now even for a request queued again: it would otherwise go before
+        # the very request it gave way to (urgent first), only to give way again a chunk later.
+        self._fresh.append(_Entry(item, now, ticket.deadline))
+        return ticket
+
+    def earlier_than(self, deadline: float) -> bool:
+        """Whether a queued live request is due before ``deadline`` (a running one's)."""
+        return any(e.deadline < deadline for e in self._fresh)
 
     def mean_interarrival_s(self) -> float | None:
         if len(self._arrivals) < 2:
@@ -80,20 +111,25 @@ class LatencyFirstScheduler(Generic[T]):
             return 1
         return max(1, min(self.max_batch, math.ceil(self.window_s / max(gap, 1e-6))))
 
-    def next_batch(self) -> list[T]:
-        """The requests to admit now (possibly none: then ask again after ``wait_s``)."""
+    def next_batch(self, limit: int | None = None) -> list[T]:
+        """The requests to admit now (possibly none: then ask again after ``wait_s``).
+
+        ``limit``: at most this many (an engine serving one request at a time takes one, the
+        most urgent, and asks again when it is done, so that later arrivals due earlier than the
+        rest of a window's gathering go first)."""
         now = self._clock()
         if self._fresh:
-            urgent = [e for e in self._fresh if now - e.arrived > self.window_s]
+            urgent = [e for e in self._fresh if now - e.queued > self.window_s]
             size = self.batch_size()
-            oldest = self._fresh[0].arrived
+            oldest = min(e.queued for e in self._fresh)
             if urgent or len(self._fresh) >= size or now - oldest >= self.window_s:
-                # urgent first (oldest first), then fresh ones in arrival order, up to the batch size
+                # urgent first, then fresh ones, each by deadline, up to the batch size
                 take = max(size, len(urgent)) if urgent else size
-                chosen = list(self._fresh)[:take]
+                take = min(take, limit) if limit else take
+                chosen = sorted(self._fresh, key=lambda e: (now - e.queued <= self.window_s, e.deadline))[:take]
                 for e in chosen:
                     self._fresh.remove(e)
-                self.stats.urgent += sum(1 for e in chosen if now - e.arrived > self.window_s)
+                self.stats.urgent += sum(1 for e in chosen if now - e.queued > self.window_s)
                 return self._release(chosen, now)
             return []
         if self._warm:
@@ -103,12 +139,12 @@ class LatencyFirstScheduler(Generic[T]):
     def wait_s(self) -> float | None:
         """Seconds until ``next_batch`` can release something (None: nothing queued)."""
         if self._fresh:
-            return max(0.0, self._fresh[0].arrived + self.window_s - self._clock())
+            return max(0.0, min(e.queued for e in self._fresh) + self.window_s - self._clock())
         return 0.0 if self._warm else None
 
     def _release(self, entries: list[_Entry[T]], now: float) -> list[T]:
         self.stats.batches += 1
         self.stats.released += len(entries)
         self.stats.warm += sum(e.warm for e in entries)
-        self.stats.waits_ms.extend((now - e.arrived) * 1000 for e in entries)
+        self.stats.waits_ms.extend((now - e.queued) * 1000 for e in entries)
         return [e.item for e in entries]

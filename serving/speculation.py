@@ -60,7 +60,9 @@ class SpeculationChoice:
 
 
 @dataclass
-class _Ema:
+class Ema:
+    """An exponential moving average of a measured figure, starting from a prior."""
+
     value: float
     alpha: float = 0.2
 
@@ -74,11 +76,11 @@ class SpeculationPolicy:
 
     draft_available: bool = False
     # Priors, replaced by measurements as requests run (ms on this machine's 2 cores).
-    target_step_ms: _Ema = field(default_factory=lambda: _Ema(75.0))
-    verify_extra_ms: _Ema = field(default_factory=lambda: _Ema(12.0))  # per extra token in a step
-    draft_token_ms: _Ema = field(default_factory=lambda: _Ema(33.0))
-    draft_prompt_ms_per_token: _Ema = field(default_factory=lambda: _Ema(6.0))
-    acceptance: dict[str, _Ema] = field(default_factory=lambda: {"ngram": _Ema(0.5), "draft": _Ema(0.64)})
+    target_step_ms: Ema = field(default_factory=lambda: Ema(75.0))
+    verify_extra_ms: Ema = field(default_factory=lambda: Ema(12.0))  # per extra token in a step
+    draft_token_ms: Ema = field(default_factory=lambda: Ema(33.0))
+    draft_prompt_ms_per_token: Ema = field(default_factory=lambda: Ema(6.0))
+    acceptance: dict[str, Ema] = field(default_factory=lambda: {"ngram": Ema(0.5), "draft": Ema(0.64)})
     ks: tuple[int, ...] = (2, 3, 4, 6, 8)
     # A method the figures rule out is still tried now and then, or its acceptance estimate
     # would never recover from one bad stretch.

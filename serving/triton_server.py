@@ -9,6 +9,7 @@ deployment.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -27,8 +28,8 @@ import numpy as np
 
 from ctxpress.settings import Settings, get_settings
 from serving import protocol
-from serving.cpu_engine import EngineConfig, GenerationChunk, GenerationFigures, LlamaEngine
-from serving.scheduler import WINDOW_S, LatencyFirstScheduler
+from serving.cpu_engine import EngineConfig, GaveWay, GenerationChunk, GenerationFigures, LlamaEngine
+from serving.scheduler import WINDOW_S, LatencyFirstScheduler, Ticket
 
 log = logging.getLogger("ctxpress.triton")
 
@@ -127,26 +128,34 @@ class CompletionModel:
     def __init__(self, engine: LlamaEngine, status_path: Path | None = None, latency_first: bool = True) -> None:
         self.engine = engine
         self.status_path = status_path
-        # Admission: latency-first (a 5 ms window, urgent requests first, warm-ups last) or plain
-        # arrival order; one thread runs what is admitted, since the engine serves one at a time.
+        # Admission: latency-first (a 5 ms window, urgent requests first, earliest deadline first,
+        # warm-ups last, a prompt giving way to a request due before it) or plain arrival order;
+        # one thread runs what is admitted, since the engine serves one request at a time.
         self._latency_first = latency_first
         self._scheduler: LatencyFirstScheduler[Callable[[], None]] = LatencyFirstScheduler(
             window_s=WINDOW_S if latency_first else 0.0)
         self._ready = threading.Condition()
         threading.Thread(target=self._run_admitted, name="llama", daemon=True).start()
 
-    def _submit(self, job: Callable[[], None], *, warm: bool) -> None:
+    def _submit(self, job: Callable[[], None], *, warm: bool, cost_s: float = 0.0,
+                ticket: Ticket | None = None) -> Ticket:
         with self._ready:
-            self._scheduler.submit(job, warm=warm and self._latency_first)
+            ticket = self._scheduler.submit(job, warm=warm and self._latency_first, cost_s=cost_s, ticket=ticket)
             self._ready.notify()
+        return ticket
 
     def _run_admitted(self) -> None:
         while True:
             with self._ready:
-                while not (batch := self._scheduler.next_batch()):
+                # one at a time: the next is chosen when this one is done, among all then queued
+                while not (batch := self._scheduler.next_batch(limit=1)):
                     self._ready.wait(timeout=self._scheduler.wait_s())
             for job in batch:
                 job()
+
+    def _due_before(self, deadline: float) -> bool:
+        with self._ready:
+            return self._scheduler.earlier_than(deadline)
 
     async def __call__(self, requests: list[Any]) -> AsyncIterator[list[dict[str, np.ndarray]]]:
         # Decoupled: each yield is one response per request of this call.
@@ -163,25 +172,44 @@ class CompletionModel:
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[GenerationChunk | BaseException | None] = asyncio.Queue()
+        live = max_tokens > 0  # max_tokens=0 is a warm-up, which gives way to live requests
+        cost_s = 0.0
+        if live and self._latency_first:
+            try:  # tokenizing is CPU work: off the event loop
+                cost_s = await loop.run_in_executor(None, self.engine.expected_ms, prompt, cache_key, max_tokens) / 1000
+            except Exception as exc:  # the engine reports a bad prompt itself; admitted in arrival order
+                log.debug("no cost estimate: %s", exc)
+        ticket: list[Ticket] = []  # set once queued (the engine may start before _submit returns)
 
-        def produce() -> None:
+        def give_way() -> bool:
+            return bool(ticket) and self._due_before(ticket[0].deadline)
+
+        def produce(carried: GaveWay | None = None) -> None:
             if live:
                 self.engine.live_waiting -= 1
             try:
                 chunks = self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop,
-                                              cache_key=cache_key, speculation=speculation)
+                                              cache_key=cache_key, speculation=speculation,
+                                              give_way=give_way if live and self._latency_first else None,
+                                              carried=carried)
                 for chunk in chunks:
                     loop.call_soon_threadsafe(queue.put_nowait, chunk)
+            except GaveWay as stepped:  # queued again with its first arrival and deadline
+                log.info("a prompt (%s) gave way to a request due earlier after %d tokens", cache_key,
+                         stepped.processed)
+                if live:
+                    self.engine.live_waiting += 1
+                # (the except clause unbinds its name: the job gets the exception as an argument)
+                self._submit(functools.partial(produce, stepped), warm=False, ticket=ticket[0])
+                return
             except BaseException as exc:  # handed to the caller, which turns it into a Triton error
                 loop.call_soon_threadsafe(queue.put_nowait, exc)
-            finally:
-                self._write_status()
-                loop.call_soon_threadsafe(queue.put_nowait, None)
+            self._write_status()
+            loop.call_soon_threadsafe(queue.put_nowait, None)
 
-        live = max_tokens > 0  # max_tokens=0 is a warm-up, which gives way to live requests
         if live:
             self.engine.live_waiting += 1
-        self._submit(produce, warm=not live)
+        ticket.append(self._submit(produce, warm=not live, cost_s=cost_s))
         pieces: list[str] = []
         while (item := await queue.get()) is not None:
             if isinstance(item, BaseException):
@@ -193,7 +221,6 @@ class CompletionModel:
                 yield [_response(item.text, item.figures)]
             else:
                 pieces.append(item.text)
-
 
     def _write_status(self) -> None:
         """`ctxpress status` reads the engine's state (pool, speculation, degradations) from here."""

@@ -6,6 +6,10 @@ Scenarios (each bounded in requests and seconds):
 - ``concurrency``: N simulated IDE clients with think time, sending at once.
 - ``typing``: a function body blanked out and typed back at a human pace; at every pause longer
   than the IDE's debounce a completion is requested and scored against what is typed next.
+- ``team``: one appliance shared by a team (optimized mode only): N-1 typists replay typing
+  sessions in files of their own while one colleague jumps to cold cursors in other long files.
+  What it shows is whether a keystroke waits behind a colleague's cold 1,000-token prompt, so
+  it is run once with latency-first admission and once with ``CTXPRESS_BATCHING=false``.
 Modes alternate request by request, except in ``typing`` and ``file_switch``, where each mode
 replays the whole session in turn: there the engine's cache state across requests is what is
 measured, and interleaving would let one mode evict the other's cache.
@@ -14,6 +18,7 @@ measured, and interleaving would let one mode evict the other's cache.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import re
@@ -32,7 +37,11 @@ from ctxpress.evaluation.scoring import first_line
 from ctxpress.wire.v1 import CompletionRequest, FileOpened
 
 MODES = ("baseline", "optimized")
-SCENARIOS = ("short", "long", "file_switch", "concurrency", "typing")
+SCENARIOS = ("short", "long", "file_switch", "concurrency", "typing", "team")
+DEFAULT_SCENARIOS = ("short", "long", "file_switch", "concurrency", "typing")  # team needs two server set-ups
+# The team scenario's typists: long SQLAlchemy files, each with a function of 6-30 lines to type.
+TEAM_FILES = ("engine/result.py", "sql/operators.py", "orm/attributes.py", "orm/session.py", "sql/elements.py",
+              "orm/query.py", "sql/schema.py")
 
 
 @dataclass
@@ -241,6 +250,61 @@ async def _typing(client: CompletionClient, path: Path, cfg: BenchConfig, progre
     return samples
 
 
+async def _team(cfg: BenchConfig, root: Path, progress: Progress) -> list[Sample]:
+    """``cfg.clients - 1`` typists, each replaying a typing session in a file of its own, and one
+    colleague asking at cold cursors in other long files (think time between), all at once until
+    the typists are done. Samples are labelled ``typing`` (a typist's requests after its first),
+    ``typing_cold`` (each typist's first request: its file's prompt is not cached yet) and
+    ``jump``."""
+    typists = max(1, cfg.clients - 1)
+    paths = [root / f for f in TEAM_FILES[:typists]]
+    plans = await asyncio.gather(*(asyncio.to_thread(typing_plan, path, cfg) for path in paths))
+    jumps = [c for c in make_cases(root, 40, cfg.seed, min_lines=2000) if c.path not in TEAM_FILES[:typists]]
+    if not jumps:
+        raise ValueError("no long files outside the typists' for the jumping client")
+    samples: list[Sample] = []
+    typing_done = asyncio.Event()
+    remaining = [typists]
+    rng = random.Random(cfg.seed)
+
+    async def typist(path: Path, opened: str, open_line: int, steps: list[TypingStep]) -> None:
+        repository, name = root.name, str(path.relative_to(root))  # as the jumping client names files
+        async with CompletionClient(cfg.nats_url, cfg.subject) as client:
+            await client.file_opened(FileOpened(repository=repository, path=name, text=opened, line=open_line,
+                                                column=0))
+
+            async def send(step: TypingStep) -> tuple[float, dict[str, Any]]:
+                request = CompletionRequest(repository=repository, path=name, text=step.text, line=step.line,
+                                            column=step.column, max_tokens=cfg.max_tokens, mode="optimized",
+                                            scenario="bench-team", features=cfg.features)
+                return await _send(client, request)
+
+            replay = await replay_typing(steps, cfg, send, progress, "typing")
+        if replay:
+            replay[0].mode = "typing_cold"
+        samples.extend(replay)
+        remaining[0] -= 1
+        if not remaining[0]:
+            typing_done.set()
+
+    async def jumper() -> None:
+        async with CompletionClient(cfg.nats_url, cfg.subject) as client:
+            for i in itertools.count():
+                if typing_done.is_set():
+                    return
+                case = jumps[i % len(jumps)]
+                text = (Path(case.repo) / case.path).read_text(encoding="utf-8")
+                cut, _ = cut_out(text, case.line, case.column)
+                latency, reply = await _send(client, _request(case, cut, "optimized", "team", cfg.max_tokens,
+                                                              cfg.features))
+                samples.append(Sample("jump", latency, reply))
+                progress.note(f"team jump {latency:.0f} ms")  # not counted: the typists bound the scenario
+                await asyncio.sleep(cfg.think_s * (0.5 + rng.random()))
+
+    await asyncio.gather(jumper(), *(typist(path, *plan) for path, plan in zip(paths, plans, strict=True)))
+    return samples
+
+
 def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[str, Any]:
     """``seconds``: the wall time the samples shared (concurrent clients); without it, throughput
     is requests per second of this mode's own serving time (sequential scenarios)."""
@@ -278,8 +342,10 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
     root = third_party_root()
     results: dict[str, dict[str, dict[str, Any]]] = {}
     sizes = {"short": cfg.requests, "long": cfg.requests, "file_switch": 3 * 2,
-             "concurrency": cfg.clients * cfg.requests, "typing": cfg.typing_pauses}
-    progress = Progress(sum(sizes[s] * (1 if s == "concurrency" else len(cfg.modes)) for s in scenarios), "bench")
+             "concurrency": cfg.clients * cfg.requests, "typing": cfg.typing_pauses,
+             "team": max(1, cfg.clients - 1) * cfg.typing_pauses}
+    progress = Progress(sum(sizes[s] * (1 if s in ("concurrency", "team") else len(cfg.modes)) for s in scenarios),
+                        "bench")
 
     def cases_for(min_lines: int, max_lines: int, n: int) -> list[Case]:
         if files:  # cursors from the given files only, whatever their length
@@ -302,12 +368,16 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
             elif name == "typing":
                 path = typing_file or root / "engine" / "result.py"
                 samples = await _typing(client, path, cfg, progress)
+            elif name == "team":
+                samples = await _team(cfg, root, progress)
             else:
                 raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
             seconds = time.monotonic() - started
-            shared = seconds if name == "concurrency" else None
-            results[name] = {mode: summarise([s for s in samples if s.mode == mode], shared)
-                             for mode in cfg.modes}
+            shared = seconds if name in ("concurrency", "team") else None
+            labels = ("typing", "typing_cold", "jump") if name == "team" else cfg.modes
+            results[name] = {label: summarise([s for s in samples if s.mode == label], shared) for label in labels}
+            if name == "team":
+                results[name]["all"] = summarise(samples, shared)
     return results
 
 

@@ -29,12 +29,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ev.set_defaults(func=cmd_eval)
 
     be = sub.add_parser("bench", help="serving under load and over time: scenarios, baseline and optimized")
-    be.add_argument("--scenario", action="append", choices=["short", "long", "file_switch", "concurrency", "typing"],
-                    help="run only these (repeatable; default: all)")
+    be.add_argument("--scenario", action="append",
+                    choices=["short", "long", "file_switch", "concurrency", "typing", "team"],
+                    help="run only these (repeatable; default: all but team, which is compared across two "
+                         "server set-ups: CTXPRESS_BATCHING=true and false)")
     be.add_argument("--file", type=Path, action="append", default=[],
                     help="use this file (typing: the file to replay; others: where cursors are taken)")
     be.add_argument("--requests", type=int, default=6, help="requests per scenario and mode")
-    be.add_argument("--clients", type=int, default=3, help="simulated IDEs in the concurrency scenario")
+    be.add_argument("--clients", type=int, default=3,
+                    help="simulated IDEs in the concurrency and team scenarios (team: all but one type)")
     be.add_argument("--max-seconds", type=float, default=900.0, help="bound on each scenario")
     be.add_argument("--typing-pauses", type=int, default=12, help="completions asked for in a typing replay")
     be.add_argument("--mode", choices=["baseline", "optimized", "both"], default="both")
@@ -131,7 +134,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.evaluation.bench import SCENARIOS, BenchConfig, final_line, report_lines, run_bench
+    from ctxpress.evaluation.bench import DEFAULT_SCENARIOS, BenchConfig, final_line, report_lines, run_bench
     from ctxpress.features import parse_list
 
     modes = ["baseline", "optimized"] if args.mode == "both" else [args.mode]
@@ -143,7 +146,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     cfg = BenchConfig(settings.effective_nats_url(), settings.completion_subject, modes=modes,
                       requests=args.requests, clients=args.clients, max_seconds=args.max_seconds,
                       typing_pauses=args.typing_pauses, features=features)
-    scenarios = args.scenario or list(SCENARIOS)
+    scenarios = args.scenario or list(DEFAULT_SCENARIOS)
     typing_file = next((f for f in args.file), None) if "typing" in scenarios else None
     others = [] if scenarios == ["typing"] else args.file
     if args.peer_server is not None and not args.peer_server.is_file():

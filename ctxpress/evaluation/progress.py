@@ -17,6 +17,10 @@ class Progress:
 
     def advance(self, note: str = "") -> None:
         self.done += 1
+        self.note(note)
+
+    def note(self, note: str) -> None:
+        """Redraw with ``note`` without counting a step (work alongside the counted steps)."""
         now = time.perf_counter()
         if now - self._last_draw < 0.2 and self.done < self.total:
             return

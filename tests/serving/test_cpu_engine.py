@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.cpu_engine import EngineConfig, LlamaEngine
+from serving.cpu_engine import YIELD_CHUNK, EngineConfig, GaveWay, LlamaEngine
 from serving.fim import STOP_WORDS, fim_prompt
 
 pytestmark = pytest.mark.services  # loads the real model
@@ -112,6 +112,27 @@ def test_warm_up_fills_the_cache_and_gives_way_to_a_live_request(engine: LlamaEn
     finally:
         engine.live_waiting -= 1
     assert yielded.finish_reason == "preempted"
+
+
+def test_a_prompt_that_gives_way_resumes_where_it_stopped(engine: LlamaEngine) -> None:
+    prompt = _prompts()[2]
+    asked: list[int] = []
+
+    def give_way() -> bool:  # a request due earlier is queued after the first chunk only
+        asked.append(1)
+        return len(asked) == 1
+
+    with pytest.raises(GaveWay) as stepped:
+        _run(engine, prompt, speculation="none", cache_key="gave-way", give_way=give_way)
+    assert stepped.value.processed == YIELD_CHUNK  # one wide chunk: nothing contended before
+    reused_before = engine.pool.stats.reused_tokens
+    resumed_text, resumed = _run(engine, prompt, speculation="none", cache_key="gave-way", carried=stepped.value)
+    # the first chunk's KV was kept and not processed again, nor counted as served from cache
+    # (a recycled slot may share the <|fim_prefix|> token every prompt starts with: that one is)
+    assert resumed.cached_tokens <= 1 and resumed.gave_way == 1  # type: ignore[attr-defined]
+    assert engine.pool.stats.reused_tokens - reused_before == stepped.value.processed + resumed.cached_tokens  # type: ignore[attr-defined]
+    cold_text, _ = _run(engine, prompt, speculation="none", cache_key="gave-way-cold")
+    assert resumed_text == cold_text
 
 
 def test_kv_memory_is_reported_per_sequence(engine: LlamaEngine) -> None:

@@ -64,3 +64,52 @@ def test_warm_ups_wait_while_any_live_request_is_queued() -> None:
     assert s.next_batch() == ["live"]
     assert s.next_batch() == ["warm"]
     assert s.next_batch() == [] and s.wait_s() is None
+
+
+def test_without_costs_requests_go_in_arrival_order_one_at_a_time() -> None:
+    clock = Clock()
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock)
+    for name in ("a", "b", "c"):
+        s.submit(name)
+        clock.advance(1)
+    clock.advance(10)
+    assert [s.next_batch(limit=1) for _ in range(3)] == [["a"], ["b"], ["c"]]
+
+
+def test_a_keystroke_goes_before_a_cold_prompt_that_arrived_just_before_it() -> None:
+    clock = Clock()
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock)
+    s.submit("cold prompt", cost_s=15.0)
+    clock.advance(200)
+    s.submit("keystroke", cost_s=1.0)
+    clock.advance(10)
+    assert s.next_batch(limit=1) == ["keystroke"]
+    assert s.next_batch(limit=1) == ["cold prompt"]
+
+
+def test_a_running_prompt_gives_way_only_to_requests_due_before_it() -> None:
+    clock = Clock()
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock)
+    cold = s.submit("cold prompt", cost_s=15.0)
+    assert s.next_batch(limit=1) == ["cold prompt"]  # running now
+    clock.advance(2000)
+    s.submit("keystroke", cost_s=1.0)  # due 3 s after the cold prompt arrived, before its 15 s
+    assert s.earlier_than(cold.deadline)
+    assert s.next_batch(limit=1) == ["keystroke"]
+    clock.advance(12_500)
+    s.submit("late keystroke", cost_s=1.0)  # due 15.5 s after: the cold prompt has waited long enough
+    assert not s.earlier_than(cold.deadline)
+
+
+def test_a_request_that_gave_way_keeps_its_arrival_and_deadline() -> None:
+    clock = Clock()
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock)
+    cold = s.submit("cold prompt", cost_s=15.0)
+    assert s.next_batch(limit=1) == ["cold prompt"]
+    clock.advance(2000)
+    s.submit("keystroke", cost_s=1.0)
+    again = s.submit("cold prompt, again", ticket=cold)  # it gave way: queued with its first ticket
+    assert again == cold and len(s._arrivals) == 2  # not a new arrival
+    clock.advance(1)
+    assert s.next_batch(limit=1) == ["keystroke"]  # due first, though the cold prompt is older
+    assert s.next_batch(limit=1) == ["cold prompt, again"]
