@@ -151,7 +151,10 @@ class CompletionModel:
                 while not (batch := self._scheduler.next_batch(limit=1)):
                     self._ready.wait(timeout=self._scheduler.wait_s())
             for job in batch:
-                job()
+                try:
+                    job()
+                except Exception:  # e.g. the caller's event loop closed: the next requests still run
+                    log.exception("a request's job failed outside the engine")
 
     def _due_before(self, deadline: float) -> bool:
         with self._ready:
