@@ -257,6 +257,9 @@ async def _team(cfg: BenchConfig, root: Path, progress: Progress) -> list[Sample
     ``typing_cold`` (each typist's first request: its file's prompt is not cached yet) and
     ``jump``."""
     typists = max(1, cfg.clients - 1)
+    if typists > len(TEAM_FILES):
+        raise ValueError(f"the team scenario has files for {len(TEAM_FILES)} typists: --clients {len(TEAM_FILES) + 1} "
+                         "at most")
     paths = [root / f for f in TEAM_FILES[:typists]]
     plans = await asyncio.gather(*(asyncio.to_thread(typing_plan, path, cfg) for path in paths))
     jumps = [c for c in make_cases(root, 40, cfg.seed, min_lines=2000) if c.path not in TEAM_FILES[:typists]]

@@ -4,8 +4,17 @@ from typing import Any
 
 import pytest
 
-from ctxpress.evaluation.bench import BenchConfig, pick_function, typing_pauses, typing_plan
+from ctxpress.evaluation.bench import (
+    TEAM_FILES,
+    BenchConfig,
+    _team,
+    pick_function,
+    third_party_root,
+    typing_pauses,
+    typing_plan,
+)
 from ctxpress.evaluation.peer import peer_reply, vscode_request
+from ctxpress.evaluation.progress import Progress
 
 MODULE = '''import math
 
@@ -51,6 +60,17 @@ def test_typing_plan_types_the_body_back_and_opens_the_file_without_it(tmp_path:
         lines = step.text.splitlines(keepends=True)
         assert MODULE.startswith("".join(lines[:step.line]) + lines[step.line][:step.column])
         assert MODULE[len("".join(lines[:step.line])) + step.column:].startswith(step.next_text)
+
+
+def test_every_team_file_has_a_function_to_type() -> None:
+    for name in TEAM_FILES:
+        assert pick_function((third_party_root() / name).read_text(encoding="utf-8")) is not None, name
+
+
+async def test_the_team_scenario_refuses_more_typists_than_it_has_files() -> None:
+    cfg = BenchConfig("nats://127.0.0.1:1", "unused", clients=len(TEAM_FILES) + 2)
+    with pytest.raises(ValueError, match="at most"):
+        await _team(cfg, third_party_root(), Progress(1, "test"))
 
 
 def test_the_peer_is_asked_as_llama_vscode_asks() -> None:
