@@ -333,6 +333,7 @@ class LlamaEngine:
         speculation: str | None = None,
         give_way: Callable[[], bool] | None = None,
         carried: GaveWay | None = None,
+        tokens: list[int] | None = None,
     ) -> Iterator[GenerationChunk]:
         """Stream the completion; the last chunk has ``final=True`` and the full figures.
 
@@ -342,19 +343,19 @@ class LlamaEngine:
         does not depend on it. ``give_way``: asked between chunks of prompt processing; True
         stops it with ``GaveWay`` (before any text). ``carried``: the ``GaveWay`` of this
         request's earlier attempt (its tokens are counted as processed, not as cached).
+        ``tokens``: ``prompt`` already tokenized (by a caller that estimated its cost).
         """
         mode = speculation or self.config.speculation
         if mode not in SPECULATION_MODES:
             raise ValueError(f"unknown speculation mode {mode!r}")
         with self._lock:
-            yield from self._generate_locked(prompt, max_tokens, temperature, stop, cache_key, mode, give_way,
-                                             carried)
+            yield from self._generate_locked(self.tokenize(prompt) if tokens is None else tokens, max_tokens,
+                                             temperature, stop, cache_key, mode, give_way, carried)
 
-    def expected_ms(self, prompt: str, cache_key: str | None, max_tokens: int) -> float:
+    def expected_ms(self, tokens: Sequence[int], cache_key: str | None, max_tokens: int) -> float:
         """Expected service time of a request at the rates measured so far: the prompt tokens its
         file's sequence does not hold yet, and ``max_tokens`` decode steps. Safe to call from
         another thread while the engine runs (it reads the pool without changing it)."""
-        tokens = self.tokenize(prompt)
         uncached = len(tokens) - self.pool.peek(cache_key, tokens)
         return uncached * self.prompt_ms_per_token.value + max(max_tokens, 0) * self.policy.target_step_ms.value
 
@@ -377,11 +378,10 @@ class LlamaEngine:
         return self.policy.choose(max_tokens=max_tokens, draft_prompt_tokens=draft_prompt)
 
     def _generate_locked(
-        self, prompt: str, max_tokens: int, temperature: float, stop: Sequence[str], cache_key: str | None,
+        self, tokens: list[int], max_tokens: int, temperature: float, stop: Sequence[str], cache_key: str | None,
         mode: str, give_way: Callable[[], bool] | None, carried: GaveWay | None,
     ) -> Iterator[GenerationChunk]:
         r = self.target
-        tokens = self.tokenize(prompt)
         if not tokens:
             raise ValueError("empty prompt")
         figures = GenerationFigures(prompt_tokens=len(tokens))

@@ -67,11 +67,19 @@ class KVPool:
     def used_cells(self) -> int:
         return sum(len(s.tokens) for s in self.slots)
 
+    def _slot_of(self, key: str) -> Slot | None:
+        return next((s for s in self.slots if s.key == key), None)
+
+    @staticmethod
+    def _reusable(held: Sequence[int], prompt: Sequence[int]) -> int:
+        # the last prompt token is always processed again: its logits start the completion
+        return min(common_prefix(held, prompt), max(len(prompt) - 1, 0))
+
     def peek(self, key: str | None, prompt: Sequence[int]) -> int:
-        """Prompt tokens a lease would reuse now (changes nothing: for estimating a request's cost)."""
-        key = SHARED if key is None else key
-        slot = next((s for s in self.slots if s.key == key), None)
-        return 0 if slot is None else min(common_prefix(list(slot.tokens), prompt), max(len(prompt) - 1, 0))
+        """Prompt tokens the file's slot would give back now (changes nothing: for estimating a
+        request's cost, from another thread than the engine's, hence the copy of its tokens)."""
+        slot = self._slot_of(SHARED if key is None else key)
+        return 0 if slot is None else self._reusable(list(slot.tokens), prompt)
 
     def lease(self, key: str | None, prompt: Sequence[int], room: int) -> Lease:
         """Choose the slot for ``prompt`` (plus ``room`` cells for generated tokens).
@@ -86,13 +94,13 @@ class KVPool:
         if len(prompt) + room > self.cells_per_slot:
             raise ValueError(f"prompt of {len(prompt)} tokens (+{room} to generate) does not fit a context "
                              f"of {self.cells_per_slot}")
-        slot = next((s for s in self.slots if s.key == key), None)
+        slot = self._slot_of(key)
         evicted: list[str] = []
         if slot is None:
             slot = min(self.slots, key=lambda s: (bool(s.tokens), s.last_used))
             if slot.tokens and slot.key != key:
                 evicted.append(slot.key or f"seq{slot.seq_id}")
-        reused = min(common_prefix(slot.tokens, prompt), max(len(prompt) - 1, 0))
+        reused = self._reusable(slot.tokens, prompt)
         slot.key = key
         slot.last_used = next(self._clock)
         self.stats.requests += 1

@@ -119,17 +119,20 @@ class LatencyFirstScheduler(Generic[T]):
         rest of a window's gathering go first)."""
         now = self._clock()
         if self._fresh:
-            urgent = [e for e in self._fresh if now - e.queued > self.window_s]
+            def urgent(e: _Entry[T]) -> bool:
+                return now - e.queued > self.window_s
+
+            n_urgent = sum(map(urgent, self._fresh))
             size = self.batch_size()
             oldest = min(e.queued for e in self._fresh)
-            if urgent or len(self._fresh) >= size or now - oldest >= self.window_s:
+            if n_urgent or len(self._fresh) >= size or now - oldest >= self.window_s:
                 # urgent first, then fresh ones, each by deadline, up to the batch size
-                take = max(size, len(urgent)) if urgent else size
+                take = max(size, n_urgent)
                 take = min(take, limit) if limit else take
-                chosen = sorted(self._fresh, key=lambda e: (now - e.queued <= self.window_s, e.deadline))[:take]
+                chosen = sorted(self._fresh, key=lambda e: (not urgent(e), e.deadline))[:take]
                 for e in chosen:
                     self._fresh.remove(e)
-                self.stats.urgent += sum(1 for e in chosen if now - e.queued > self.window_s)
+                self.stats.urgent += sum(map(urgent, chosen))
                 return self._release(chosen, now)
             return []
         if self._warm:

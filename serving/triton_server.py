@@ -156,6 +156,11 @@ class CompletionModel:
                 except Exception:  # e.g. the caller's event loop closed: the next requests still run
                     log.exception("a request's job failed outside the engine")
 
+    def _estimate(self, prompt: str, cache_key: str | None, max_tokens: int) -> tuple[list[int], float]:
+        """The prompt's tokens and its expected service time in seconds."""
+        tokens = self.engine.tokenize(prompt)
+        return tokens, self.engine.expected_ms(tokens, cache_key, max_tokens) / 1000
+
     def _due_before(self, deadline: float) -> bool:
         with self._ready:
             return self._scheduler.earlier_than(deadline)
@@ -176,10 +181,11 @@ class CompletionModel:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[GenerationChunk | BaseException | None] = asyncio.Queue()
         live = max_tokens > 0  # max_tokens=0 is a warm-up, which gives way to live requests
-        cost_s = 0.0
-        if live and self._latency_first:
-            try:  # tokenizing is CPU work: off the event loop
-                cost_s = await loop.run_in_executor(None, self.engine.expected_ms, prompt, cache_key, max_tokens) / 1000
+        by_deadline = live and self._latency_first
+        cost_s, tokens = 0.0, None
+        if by_deadline:
+            try:  # tokenizing is CPU work: off the event loop (the engine then uses these tokens)
+                tokens, cost_s = await loop.run_in_executor(None, self._estimate, prompt, cache_key, max_tokens)
             except Exception as exc:  # the engine reports a bad prompt itself; admitted in arrival order
                 log.debug("no cost estimate: %s", exc)
         ticket: list[Ticket] = []  # set once queued (the engine may start before _submit returns)
@@ -193,8 +199,8 @@ class CompletionModel:
             try:
                 chunks = self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop,
                                               cache_key=cache_key, speculation=speculation,
-                                              give_way=give_way if live and self._latency_first else None,
-                                              carried=carried)
+                                              give_way=give_way if by_deadline else None, carried=carried,
+                                              tokens=tokens)
                 for chunk in chunks:
                     loop.call_soon_threadsafe(queue.put_nowait, chunk)
             except GaveWay as stepped:  # queued again with its first arrival and deadline

@@ -206,6 +206,13 @@ def typing_plan(path: Path, cfg: BenchConfig) -> tuple[str, int, list[TypingStep
     return opened, opened.count("\n", 0, start), steps
 
 
+def _step_request(repository: str, path: str, step: TypingStep, mode: str, scenario: str,
+                  cfg: BenchConfig) -> CompletionRequest:
+    return CompletionRequest(repository=repository, path=path, text=step.text, line=step.line, column=step.column,
+                             max_tokens=cfg.max_tokens, mode=mode,  # type: ignore[arg-type]
+                             scenario=f"bench-{scenario}", features=cfg.features if mode == "optimized" else None)
+
+
 def suggestion_matches(completion: str, next_text: str) -> bool:
     suggestion = first_line(completion)
     return bool(suggestion.strip()) and next_text.startswith(suggestion.rstrip())
@@ -240,14 +247,15 @@ async def _typing(client: CompletionClient, path: Path, cfg: BenchConfig, progre
                                             line=open_line, column=0))
 
         async def send(step: TypingStep, mode: str = mode) -> tuple[float, dict[str, Any]]:
-            request = CompletionRequest(repository=repository, path=path.name, text=step.text, line=step.line,
-                                        column=step.column, max_tokens=cfg.max_tokens, mode=mode,  # type: ignore[arg-type]
-                                        scenario="bench-typing",
-                                        features=cfg.features if mode == "optimized" else None)
-            return await _send(client, request)
+            return await _send(client, _step_request(repository, path.name, step, mode, "typing", cfg))
 
         samples += await replay_typing(steps, cfg, send, progress, mode)
     return samples
+
+
+def team_typists(clients: int) -> int:
+    """The team scenario's typists: every client but the one jumping to cold cursors (at least one)."""
+    return max(1, clients - 1)
 
 
 async def _team(cfg: BenchConfig, root: Path, progress: Progress) -> list[Sample]:
@@ -256,7 +264,7 @@ async def _team(cfg: BenchConfig, root: Path, progress: Progress) -> list[Sample
     the typists are done. Samples are labelled ``typing`` (a typist's requests after its first),
     ``typing_cold`` (each typist's first request: its file's prompt is not cached yet) and
     ``jump``."""
-    typists = max(1, cfg.clients - 1)
+    typists = team_typists(cfg.clients)
     if typists > len(TEAM_FILES):
         raise ValueError(f"the team scenario has files for {len(TEAM_FILES)} typists: --clients {len(TEAM_FILES) + 1} "
                          "at most")
@@ -277,10 +285,7 @@ async def _team(cfg: BenchConfig, root: Path, progress: Progress) -> list[Sample
                                                 column=0))
 
             async def send(step: TypingStep) -> tuple[float, dict[str, Any]]:
-                request = CompletionRequest(repository=repository, path=name, text=step.text, line=step.line,
-                                            column=step.column, max_tokens=cfg.max_tokens, mode="optimized",
-                                            scenario="bench-team", features=cfg.features)
-                return await _send(client, request)
+                return await _send(client, _step_request(repository, name, step, "optimized", "team", cfg))
 
             replay = await replay_typing(steps, cfg, send, progress, "typing")
         if replay:
@@ -346,7 +351,7 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
     results: dict[str, dict[str, dict[str, Any]]] = {}
     sizes = {"short": cfg.requests, "long": cfg.requests, "file_switch": 3 * 2,
              "concurrency": cfg.clients * cfg.requests, "typing": cfg.typing_pauses,
-             "team": max(1, cfg.clients - 1) * cfg.typing_pauses}
+             "team": team_typists(cfg.clients) * cfg.typing_pauses}
     progress = Progress(sum(sizes[s] * (1 if s in ("concurrency", "team") else len(cfg.modes)) for s in scenarios),
                         "bench")
 
