@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint up down clean eval-long eval-short eval-cross bench
+.PHONY: install demo test lint up down clean eval-long eval-short eval-cross bench fuzz
 
 install: $(STAMP)
 
@@ -22,8 +22,14 @@ $(STAMP): pyproject.toml
 demo: install
 	$(VENV)/bin/ctxpress demo
 
-test: install lint
+test: install lint vscode-test
 	$(PY) -m pytest -q -rs
+
+# The fuzz suites with many more examples than `make test` runs (about 10,000 in all), printing
+# what each subject answered.
+fuzz: install
+	CTXPRESS_FUZZ_EXAMPLES=2500 $(PY) -m pytest -q -s tests/workers/test_fuzz_subjects.py \
+		tests/workers/context/test_fuzz_assemble.py
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -63,3 +69,27 @@ eval-cross: install
 
 bench: install
 	$(VENV)/bin/ctxpress bench
+
+# The VS Code extension (editors/vscode): `npm ci` when node_modules is missing or the lock file
+# changed, then the .vsix (`make vscode`) or the unit tests (`make vscode-test`). Needs node >= 20.
+VSCODE_DIR := editors/vscode
+VSCODE_STAMP := $(VSCODE_DIR)/node_modules/.ctxpress-installed
+
+.PHONY: vscode vscode-test
+
+$(VSCODE_STAMP): $(VSCODE_DIR)/package.json $(VSCODE_DIR)/package-lock.json
+	@start=$$(date +%s); \
+	cd $(VSCODE_DIR) && npm ci --no-audit --no-fund --ignore-scripts && \
+	echo "npm ci took $$(( $$(date +%s) - start ))s"
+	@touch $@
+
+vscode: $(VSCODE_STAMP)
+	@start=$$(date +%s); \
+	cd $(VSCODE_DIR) && npm run package && \
+	echo "packaging took $$(( $$(date +%s) - start ))s" && \
+	echo "$(VSCODE_DIR)/ctxpress-$$(node -p 'require("./package.json").version').vsix"
+
+vscode-test: $(VSCODE_STAMP)
+	@start=$$(date +%s); \
+	cd $(VSCODE_DIR) && npm test && \
+	echo "extension tests took $$(( $$(date +%s) - start ))s"

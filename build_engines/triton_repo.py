@@ -40,6 +40,8 @@ ENSEMBLE_INPUTS = [
     Tensor("stop_words", "TYPE_STRING", (-1,), optional=True),
     Tensor("ctx_cache_key", "TYPE_STRING", (1,), optional=True),
     Tensor("ctx_speculation", "TYPE_STRING", (1,), optional=True),
+    Tensor("ctx_request_id", "TYPE_STRING", (1,), optional=True),
+    Tensor("ctx_deadline_ms", "TYPE_INT32", (1,), optional=True),
 ]
 FIGURES = [
     Tensor("ctx_prompt_tokens", "TYPE_INT32", (1,)),
@@ -179,6 +181,10 @@ ORCH_INPUTS = [
     # accepted for the wire contract and not needed; "none" turns the draft model off.
     Tensor("ctx_cache_key", "TYPE_STRING", (1,), optional=True),
     Tensor("ctx_speculation", "TYPE_STRING", (1,), optional=True),
+    # The caller's deadline: past it nobody reads the answer, so generation stops (a cancelled gRPC
+    # stream stops it too, through Triton's request cancellation).
+    Tensor("ctx_request_id", "TYPE_STRING", (1,), optional=True),
+    Tensor("ctx_deadline_ms", "TYPE_INT32", (1,), optional=True),
 ]
 ORCH_OUTPUTS = [Tensor("output_ids", "TYPE_INT32", (-1, -1)), Tensor("sequence_length", "TYPE_INT32", (-1,)), *FIGURES]
 
@@ -213,7 +219,8 @@ def ensemble_config(batch: int) -> str:
             {"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN",
              "request_output_len": "_REQUEST_OUTPUT_LEN", "end_id": "_END_ID", "pad_id": "_PAD_ID",
              "stop_words_list": "_STOP_WORDS_IDS", "temperature": "temperature", "streaming": "stream",
-             "ctx_cache_key": "ctx_cache_key", "ctx_speculation": "ctx_speculation"},
+             "ctx_cache_key": "ctx_cache_key", "ctx_speculation": "ctx_speculation",
+             "ctx_request_id": "ctx_request_id", "ctx_deadline_ms": "ctx_deadline_ms"},
             {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH",
              **{f.name: f.name for f in FIGURES}},
         ),

@@ -37,19 +37,25 @@ def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.services import parts
+    from ctxpress.services import SupervisorPart, parts
+    from ctxpress.supervisor import describe, read_state
 
-    rows = [part.status() for part in parts(settings)]
+    rows = [part.status() for part in [*parts(settings), SupervisorPart(settings)]]
+    # Restarts only while the supervisor runs: its file is otherwise what an earlier one left behind.
+    restarts = read_state(settings).get("parts", {}) if rows[-1].running else {}
     model = settings.model_path.name if settings.model_path else f"{settings.model_name} (packaged GGUF)"
     if args.json:
-        print(json.dumps({"parts": [row.__dict__ for row in rows], "model": model}, indent=2))
+        print(json.dumps({"parts": [{**row.__dict__, "supervision": restarts.get(row.name)} for row in rows],
+                          "model": model}, indent=2))
     else:
+        now = time.time()
         for row in rows:
             state = "running" if row.running else "stopped"
             kind = "external" if row.external else (f"pid {row.pid}" if row.pid else "")
             print(f"  {row.name:<18} {state:<8} {kind:<12} {row.address}")
-            if row.detail:
-                print(f"  {'':<18} {row.detail}")
+            for detail in (row.detail, describe(restarts.get(row.name) or {}, now)):
+                if detail:
+                    print(f"  {'':<18} {detail}")
         print(f"  model: {model}; Triton metrics: {settings.metrics_url()}")
     return 0 if all(row.running for row in rows) else 3
 
@@ -58,9 +64,19 @@ def _cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.client import CompletionClient, request_for_file
 
     request = request_for_file(Path(args.file), args.line, args.column, max_tokens=args.max_tokens, mode=args.mode)
+    url, subject, options = settings.effective_nats_url(), settings.completion_subject, {}
+    if settings.nats_credentials is not None:  # team mode: as that user, on that user's subject
+        from ctxpress.team import TeamConfigError, load_credentials
+
+        try:
+            credentials = load_credentials(settings.nats_credentials)
+        except TeamConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        url, subject, options = credentials.nats_url, credentials.subject("complete"), credentials.connect_options()
 
     async def go() -> dict:
-        async with CompletionClient(settings.effective_nats_url(), settings.completion_subject) as client:
+        async with CompletionClient(url, subject, connect_options=options) as client:
             return await client.complete(request)
 
     started = time.perf_counter()
@@ -97,6 +113,12 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             print("\nStopping (use --keep to leave it running)…")
             down(settings)
     return 0 if results else 1
+
+
+def _cmd_lsp(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.lsp.server import serve
+
+    return serve(settings)
 
 
 def _explain(argv: list[str]) -> int:
@@ -141,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--mode", choices=["optimized", "baseline"], default="optimized")
     demo.set_defaults(func=_cmd_demo)
 
+    lsp = sub.add_parser("lsp", help="the language server an editor starts (stdio): inline completion over NATS")
+    lsp.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; stdio is the default")
+    lsp.set_defaults(func=_cmd_lsp)
+
     worker = sub.add_parser("worker", help="run one worker in the foreground (what a container runs)")
     worker.add_argument("kind", choices=["completion", "index"])
     worker.set_defaults(func=_run_worker)
@@ -159,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxpress.index_cli import register as register_index_commands
 
     register_index_commands(sub)
+    from ctxpress.team_cli import register as register_team_commands
+
+    register_team_commands(sub)
     return parser
 
 

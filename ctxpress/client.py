@@ -35,14 +35,17 @@ def request_for_file(path: Path, line: int, column: int, **fields: Any) -> Compl
 
 
 class CompletionClient:
-    def __init__(self, nats_url: str, subject: str = SUBJECT_COMPLETE, timeout_s: float = 120.0) -> None:
+    def __init__(self, nats_url: str, subject: str = SUBJECT_COMPLETE, timeout_s: float = 120.0,
+                 connect_options: dict[str, Any] | None = None) -> None:
         self.nats_url = nats_url
         self.subject = subject
         self.timeout_s = timeout_s
+        self.connect_options = connect_options or {}  # team mode: NatsCredentials.connect_options()
         self._nc: nats.NATS | None = None
 
     async def __aenter__(self) -> CompletionClient:
-        self._nc = await nats.connect(self.nats_url, connect_timeout=5, max_reconnect_attempts=3)
+        self._nc = await nats.connect(self.nats_url, connect_timeout=5, max_reconnect_attempts=3,
+                                      **self.connect_options)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

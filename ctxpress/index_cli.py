@@ -159,14 +159,20 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_hooks(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.team import TeamConfigError, load_credentials
     from indexer import hooks
     from indexer.walk import WalkError, repo_root
 
     try:
         if args.action == "install":
             root = repo_root(args.repo)
-            report = hooks.install(root, args.name or root.name, settings.effective_nats_url())
-            _ensure_stream(settings)
+            nats_url, credentials = settings.effective_nats_url(), None
+            if settings.nats_credentials is not None:  # team mode: the hooks credentials (`ctxpress users hooks`)
+                nats_url = load_credentials(settings.nats_credentials).nats_url
+                credentials = settings.nats_credentials.expanduser().resolve()
+            report = hooks.install(root, args.name or root.name, nats_url, credentials)
+            if credentials is None:  # a hooks credential may not create streams: team workers create it at start
+                _ensure_stream(settings)
             print(f"installed {', '.join(report.installed)} in {report.hooks_dir}")
             if report.chained:
                 print(f"  existing {', '.join(report.chained)} kept and run first (as *{hooks.CHAINED_SUFFIX})")
@@ -176,6 +182,8 @@ def _cmd_hooks(args: argparse.Namespace, settings: Settings) -> int:
             if report.restored:
                 print(f"  restored the previous {', '.join(report.restored)}")
     except WalkError as exc:
+        return _fail(str(exc), 2)
+    except TeamConfigError as exc:
         return _fail(str(exc), 2)
     return 0
 

@@ -23,3 +23,19 @@ KNOWN_LANGUAGES: frozenset[str] = frozenset(_BY_SUFFIX.values())
 def language_from_path(path: str) -> str:
     """The language of a file by its suffix; ``text`` when unknown (baseline window only)."""
     return _BY_SUFFIX.get(PurePosixPath(path).suffix.lower(), "text")
+
+
+# Editors' language ids (LSP ``languageId``, VS Code's names) that differ from ours.
+_EDITOR_ALIASES: dict[str, str] = {
+    "typescriptreact": "tsx", "javascriptreact": "javascript", "shellscript": "bash", "sh": "bash",
+    "plaintext": "text", "c++": "cpp", "cs": "csharp", "py": "python", "golang": "go",
+}
+
+
+def language_from_editor(language_id: str | None) -> str | None:
+    """Our name for an editor's language id; None when unknown (then the path decides)."""
+    if not language_id:
+        return None
+    name = language_id.lower()
+    name = _EDITOR_ALIASES.get(name, name)
+    return name if name in KNOWN_LANGUAGES else None

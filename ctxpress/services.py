@@ -22,7 +22,9 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ctxpress import team
 from ctxpress.settings import Settings
 from db.embedded import EmbeddedPostgres
 from serving import protocol
@@ -123,9 +125,16 @@ class Part:
     """One service of the appliance."""
 
     name: str = ""
+    # Whether the supervisor also restarts it when it stops answering its ``ready()`` probe while its
+    # process lives (a frozen event loop). Only for parts whose probe is a cheap round trip that a busy
+    # but healthy process still answers: a model load or a long query is not a hang.
+    hang_checked: bool = False
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # The process this object started, kept so that its parent (the supervisor) can read its exit
+        # status: once garbage-collected, subprocess would reap it and the status would be lost.
+        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def pid_file(self) -> Path:
@@ -144,6 +153,10 @@ class Part:
 
     def ready(self) -> bool:
         raise NotImplementedError
+
+    def answers(self) -> bool:
+        """The supervisor's hang probe of a live ``hang_checked`` part, asked about once a second."""
+        return self.ready()
 
     def argv(self) -> list[str]:
         raise NotImplementedError
@@ -191,6 +204,7 @@ class Part:
                     start_new_session=True, env=self.env(), cwd=PROJECT_ROOT,
                 )
             self.pid_file.write_text(f"{proc.pid}\n")
+            self.process = proc
         deadline = started + timeout_s
         while not self.ready():
             if not self.running():
@@ -243,14 +257,19 @@ class NatsPart(Part):
         s = self.settings
         config = s.state_dir / "nats" / "nats-server.conf"
         config.parent.mkdir(parents=True, exist_ok=True)
-        # A config file because max_payload has no command-line flag; above the worker's own
-        # request limit so an oversized request reaches the worker and gets a structured error.
+        # A config file because max_payload has no command-line flag; well above the worker's own
+        # request limit so an oversized request (an editor's huge file) reaches the worker and gets a
+        # structured error rather than a refusal from NATS.
+        # Team mode: the users and their permissions, a file of its own that `ctxpress users` rewrites
+        # (nats-server resolves the include next to this file).
+        users = f'include "{team.ensure_authorization_file(s).name}"\n' if team.team_mode(s) else ""
         config.write_text(
             f'server_name: "ctxpress"\n'
-            f'listen: "{s.bind_host}:{s.nats_port}"\n'
-            f'http: "{s.bind_host}:{s.nats_monitor_port}"\n'
-            f"max_payload: {max(2 * s.max_request_bytes, 1 << 20)}\n"
+            f'listen: "{s.nats_bind_host or s.bind_host}:{s.nats_port}"\n'
+            f'http: "{team.monitor_host(s)}:{s.nats_monitor_port}"\n'
+            f"max_payload: {max(2 * s.max_request_bytes, 8 << 20)}\n"
             f'jetstream {{ store_dir: "{s.state_dir / "nats"}" }}\n'
+            f"{users}"
         )
         binary = Path(sys.executable).parent / "nats-server"
         return [str(binary), "-c", str(config)]
@@ -259,7 +278,8 @@ class NatsPart(Part):
         if self.external:
             host, _, port = self.address().split("://")[-1].rpartition(":")
             return _port_open(host, int(port))
-        return _http_ok(f"http://{self.settings.bind_host}:{self.settings.nats_monitor_port}/healthz?js-enabled-only=true")
+        return _http_ok(f"http://{team.monitor_host(self.settings)}:{self.settings.nats_monitor_port}"
+                        "/healthz?js-enabled-only=true")
 
 
 class PostgresPart(Part):
@@ -334,6 +354,7 @@ class TritonPart(Part):
 
 class CompletionWorkerPart(Part):
     name = "completion-worker"
+    hang_checked = True
 
     def address(self) -> str:
         return f"{self.settings.completion_subject} (queue {self.settings.completion_queue})"
@@ -343,18 +364,31 @@ class CompletionWorkerPart(Part):
 
     def ready(self) -> bool:
         # Ready means it answers: an empty object must come back as a structured error.
-        return _nats_answers(self.settings.effective_nats_url(), self.settings.completion_subject, b"{}", "error")
+        return _nats_answers(self.settings, self.settings.completion_subject, b"{}", "error")
+
+    def answers(self) -> bool:
+        # The same round trip through the worker's event loop, on the feedback subject: a `{}` completion
+        # request costs an error metric, a log line and a telemetry row, once a second from the supervisor;
+        # invalid feedback is answered without any of them.
+        return _nats_answers(self.settings, self.settings.feedback_subject, b"{}", "error")
 
 
-def _nats_answers(url: str, subject: str, payload: bytes, expected_key: str) -> bool:
-    """One request-reply round trip: does a JSON reply with ``expected_key`` come back?"""
+def _nats_answers(settings: Settings, subject: str, payload: bytes, expected_key: str) -> bool:
+    """One request-reply round trip: does a JSON reply with ``expected_key`` come back? (In team mode the probe
+    connects as the worker user, which may publish on the single-user subjects.)"""
+    url = settings.effective_nats_url()
+    try:
+        options: dict[str, Any] = team.service_connect_options(settings)
+    except team.TeamConfigError:
+        return False  # `ctxpress up` said why before starting anything
 
     async def probe() -> bool:
         import nats
         from nats.errors import NoRespondersError, TimeoutError
 
         try:
-            nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False)
+            nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False,
+                                    **options)
         except Exception:
             return False
         try:
@@ -370,6 +404,7 @@ def _nats_answers(url: str, subject: str, payload: bytes, expected_key: str) -> 
 
 class IndexWorkerPart(Part):
     name = "index-worker"
+    hang_checked = True
 
     def address(self) -> str:
         return f"stream {self.settings.index_stream} (consumer {self.settings.index_consumer})"
@@ -379,9 +414,31 @@ class IndexWorkerPart(Part):
 
     def ready(self) -> bool:
         # Ready once it has bound the durable consumer and answers its status subject (one round trip).
-        return _nats_answers(self.settings.effective_nats_url(), self.settings.index_status_subject, b"", "worker")
+        return _nats_answers(self.settings, self.settings.index_status_subject, b"", "worker")
 
 
+class SupervisorPart(Part):
+    """Restarts the embedded parts that die, and the workers when they stop answering (ctxpress/supervisor.py)."""
+
+    name = "supervisor"
+
+    @property
+    def state_file(self) -> Path:
+        return self.settings.run_dir / "supervisor.json"
+
+    def address(self) -> str:
+        return str(self.state_file)
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "ctxpress.supervisor"]
+
+    def ready(self) -> bool:
+        # Ready once this very process has written its state (a file left by an earlier one does not count).
+        pid = self.pid()
+        try:
+            return pid is not None and json.loads(self.state_file.read_text()).get("pid") == pid
+        except (OSError, ValueError, AttributeError):
+            return False
 
 
 def parts(settings: Settings) -> list[Part]:
@@ -390,7 +447,8 @@ def parts(settings: Settings) -> list[Part]:
             IndexWorkerPart(settings)]
 
 
-START_TIMEOUTS = {"nats": 30.0, "postgres": 120.0, "triton": 300.0, "completion-worker": 120.0, "index-worker": 60.0}
+START_TIMEOUTS = {"nats": 30.0, "postgres": 120.0, "triton": 300.0, "completion-worker": 120.0, "index-worker": 60.0,
+                  "supervisor": 30.0}
 
 
 def check_ports(settings: Settings) -> None:
@@ -413,28 +471,49 @@ def up(settings: Settings, report: Callable[[str], None] = print) -> dict[str, f
 
     timings: dict[str, float] = {}
     check_ports(settings)
+    team_mode = team.team_mode(settings)
+    if team_mode:  # refuse before anything starts unless the parts can authenticate
+        report(f"  team mode: NATS users from PostgreSQL, credentials in {team.team_dir(settings)}")
+        _team_step(team.prepare_up, settings)
     if settings.triton_url is None and settings.model_path is None:
         started = time.perf_counter()
         for model in (TARGET, DRAFT):
             ensure_model(model, settings.models_dir, progress=_bytes_progress(model.name, report))
         timings["models"] = time.perf_counter() - started
-    for part in parts(settings):
+    # A running supervisor is stopped while the parts are checked, or it and `up` could both start a part
+    # that is down (two processes, one pid file); it comes back last, once every part is ready, and
+    # carries the restart history over from its state file.
+    supervisor = SupervisorPart(settings)
+    if supervisor.running():
+        supervisor.stop()
+    for part in [*parts(settings), supervisor]:
         was_running = part.running()
         report(f"  {part.name:<18} starting…" if not (was_running or part.external) else
                f"  {part.name:<18} {'external' if part.external else 'already running'}, checking…")
         seconds = part.start(START_TIMEOUTS[part.name])
         timings[part.name] = seconds
         report(f"  {part.name:<18} ready in {seconds:5.1f}s  {part.address()}")
+        if team_mode:  # NATS must demand authentication; the developers come from PostgreSQL
+            _team_step(team.after_part_started, settings, part.name, report)
     return timings
 
 
+def _team_step(step: Callable[..., None], *args: Any) -> None:
+    try:
+        step(*args)
+    except team.TeamConfigError as exc:
+        raise StartError(str(exc)) from None
+
+
 def down(settings: Settings, report: Callable[[str], None] = print) -> None:
-    for part in reversed(parts(settings)):
+    # The supervisor goes first, or it would restart what is stopped next.
+    for part in [SupervisorPart(settings), *reversed(parts(settings))]:
         if part.external:
             continue
         if part.running():
             part.stop()
             report(f"  {part.name:<18} stopped")
+    SupervisorPart(settings).state_file.unlink(missing_ok=True)  # restart history of an appliance that is gone
 
 
 def _bytes_progress(name: str, report: Callable[[str], None]) -> Callable[[int, int], None]:

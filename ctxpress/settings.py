@@ -18,11 +18,20 @@ class Settings(BaseSettings):
 
     home: Path = Field(default=Path("~/.local/state/ctxpress"), description="all embedded state lives here")
     bind_host: str = "127.0.0.1"
+    # Team mode (ctxpress/team.py, docs/security.md): NATS users and repository grants. Also on, whatever this
+    # says, when NATS is reachable from other hosts (a non-loopback nats_url or bind_host).
+    team: bool = False
 
     # NATS
     nats_url: str | None = None
+    # A credentials file written by `ctxpress users add` (JSON: nats_url, user, password; read with
+    # ctxpress.team.load_credentials). Team mode with an external NATS: the workers' own (the worker user).
+    nats_credentials: Path | None = None
     nats_port: int = 4222
     nats_monitor_port: int = 8222
+    # Where the embedded NATS listens (default: bind_host). A team appliance puts NATS alone on the network
+    # (e.g. 0.0.0.0) and keeps PostgreSQL and Triton, which ask for no password, on loopback.
+    nats_bind_host: str | None = None
 
     # PostgreSQL
     database_url: str | None = None
@@ -61,7 +70,9 @@ class Settings(BaseSettings):
     shard: int | None = None
     shards: int = 1
     worker_metrics_port: int = 9400  # Prometheus /metrics of the completion worker; 0 = off
-    max_request_bytes: int = 4 * 1024 * 1024
+    # 1 MiB: twice the largest file the index takes; every pass over a request's text (parsing,
+    # tokenizing) costs in proportion to it
+    max_request_bytes: int = 1024 * 1024
     window_lines: int = 200  # the seed's baseline: +-200 lines around the cursor
     # The seed's baseline window is uncapped (~4,000 tokens for 400 lines of code); we cap it at
     # 2,048 so a cold baseline prompt stays within tens of seconds on a 2-core CPU engine.
@@ -70,6 +81,8 @@ class Settings(BaseSettings):
     # Above this much CPU time, optimized context assembly gives up and the baseline window is used.
     assembly_timeout_ms: float = 20.0
     default_max_tokens: int = 64
+    # `ctxpress lsp`: milliseconds to wait after a keystroke before asking (0: adaptive).
+    lsp_debounce_ms: int = 0
 
     # Repository index (embedder served by Triton, chunks in PostgreSQL, events through JetStream)
     embedding_model_path: Path | None = None  # an ONNX sentence embedder; default: packaged all-MiniLM-L6-v2 int8
@@ -81,6 +94,17 @@ class Settings(BaseSettings):
     retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
     retrieval_top_k: int = 6
     retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see workers/context/retrieval.py)
+
+    # Supervisor (ctxpress/supervisor.py): restarts an embedded part whose process is gone, after a backoff
+    # doubling from initial to max that starts over once the part has stayed up reset_s.
+    supervisor_interval_s: float = 1.0
+    supervisor_backoff_initial_s: float = 1.0
+    supervisor_backoff_max_s: float = 30.0
+    supervisor_backoff_reset_s: float = 60.0
+    # A worker whose live process fails this many probes in a row over at least hang_s is hung (a frozen
+    # event loop) and is killed. Long enough that a worker busy on two loaded cores still gets through.
+    supervisor_hang_s: float = 20.0
+    supervisor_hang_checks: int = 5
 
     @cached_property
     def state_dir(self) -> Path:
@@ -99,7 +123,7 @@ class Settings(BaseSettings):
         return self.state_dir / "models"
 
     def effective_nats_url(self) -> str:
-        return self.nats_url or f"nats://{self.bind_host}:{self.nats_port}"
+        return self.nats_url or f"nats://{self.nats_bind_host or self.bind_host}:{self.nats_port}"
 
     def effective_draft_model_path(self) -> Path | None:
         """The draft model for speculative decoding, or None (off, or its package is missing)."""

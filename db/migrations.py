@@ -116,6 +116,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX code_chunks_repo_hash ON code_chunks (repo_id, content_hash)",
         ),
     ),
+    Migration(
+        4,
+        "team users, repository grants, the user of each telemetry row",
+        (
+            # Names are NATS subject tokens (ctxpress.v1.u.<name>.complete); passwords are bcrypt hashes only.
+            "CREATE TABLE team_users ("
+            " name text PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9_-]{0,63}$'),"
+            " password_hash text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+            # A grant names a repository as requests do (the index's repositories.name), indexed yet or not.
+            # ("user" is a reserved word in SQL, hence user_name.)
+            "CREATE TABLE team_grants ("
+            " user_name text NOT NULL REFERENCES team_users(name) ON DELETE CASCADE,"
+            " repository text NOT NULL, granted_at timestamptz NOT NULL DEFAULT now(),"
+            " PRIMARY KEY (user_name, repository))",
+            "ALTER TABLE completion_events ADD COLUMN user_name text",
+            "ALTER TABLE completion_feedback ADD COLUMN user_name text",
+        ),
+    ),
 )
 
 

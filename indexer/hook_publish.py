@@ -149,15 +149,25 @@ def split_messages(event: dict[str, object], changes: list[dict[str, str | None]
             for i, g in enumerate(groups)]
 
 
+def read_credentials(path: str) -> tuple[str, str, str]:
+    """(url, user, password) of a ctxpress credentials file (what ctxpress.team.load_credentials reads; JSON, so
+    the standard library is enough)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+        return str(raw["nats_url"]), str(raw["user"]), str(raw["password"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PublishError(f"unusable credentials file {path}: {exc}") from None
+
+
 class TinyNats:
     """Just enough of the NATS client protocol to publish and wait for JetStream's acks."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, user: str | None = None, password: str | None = None) -> None:
         parts = urlsplit(url if "://" in url else f"nats://{url}")
         if parts.scheme not in ("nats", "tcp", ""):
             raise PublishError(f"the hook speaks plain nats:// only, not {parts.scheme}://")
         self.address = (parts.hostname or "127.0.0.1", parts.port or 4222)
-        self.user, self.password = parts.username, parts.password
+        self.user, self.password = user or parts.username, password or parts.password
         self.sock = socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
         self.buffer = b""
         info = self._line()
@@ -198,7 +208,9 @@ class TinyNats:
 
     def publish_all(self, subject: str, payloads: list[bytes], timeout_s: float) -> list[int]:
         """Publish and wait for every JetStream ack; returns the stream sequences."""
-        inbox = f"_INBOX.{secrets.token_hex(8)}"
+        # A user in team mode may subscribe only under _INBOX.<user> (ctxpress.team.inbox_prefix).
+        owner = f"{self.user}." if self.user and self.password else ""
+        inbox = f"_INBOX.{owner}{secrets.token_hex(8)}"
         out = [f"SUB {inbox}.* 1\r\n".encode()]
         for i, payload in enumerate(payloads):
             out.append(f"PUB {subject} {inbox}.{i} {len(payload)}\r\n".encode() + payload + b"\r\n")
@@ -244,6 +256,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("hook_args", nargs="*")
     parser.add_argument("--repository", required=True)
     parser.add_argument("--nats", required=True)
+    parser.add_argument("--credentials", help="a ctxpress credentials file (team mode): its URL and user win")
     parser.add_argument("--subject", default=SUBJECT)
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES)
     args = parser.parse_args(argv)
@@ -258,7 +271,11 @@ def main(argv: list[str]) -> int:
         attach_contents(new, changes, args.max_bytes)
         event = {"repository": args.repository, "commit": new, "previous": old, "hook": args.hook,
                  "published_at": STARTED}
-        client = TinyNats(args.nats)
+        if args.credentials:
+            args.nats, user, password = read_credentials(args.credentials)
+            client = TinyNats(args.nats, user, password)
+        else:
+            client = TinyNats(args.nats)
         try:
             payloads = split_messages(event, changes, max(64 * 1024, min(client.max_payload - 4096, 4 << 20)))
             client.publish_all(args.subject, payloads, ACK_TIMEOUT_S)

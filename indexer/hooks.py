@@ -48,20 +48,23 @@ def is_ours(path: Path) -> bool:
         return False
 
 
-def render(repository: str, nats_url: str, python: str | None = None) -> str:
+def render(repository: str, nats_url: str, python: str | None = None, credentials: Path | None = None) -> str:
+    # Team mode: the hook reads the hooks credentials file when it runs, so no password is copied into .git/hooks.
+    login = f" --credentials {shlex.quote(str(credentials))}" if credentials is not None else ""
     return (TEMPLATE.read_text()
             .replace("@PYTHON@", shlex.quote(python or sys.executable))
             .replace("@PUBLISHER@", shlex.quote(str(PUBLISHER)))
             .replace("@REPOSITORY@", shlex.quote(repository))
-            .replace("@NATS_URL@", shlex.quote(nats_url)))
+            .replace("@NATS_URL@", shlex.quote(nats_url))
+            .replace("@CREDENTIALS@", login))
 
 
-def install(path: str | Path, repository: str, nats_url: str) -> HookReport:
+def install(path: str | Path, repository: str, nats_url: str, credentials: Path | None = None) -> HookReport:
     root = repo_root(path)
     directory = hooks_dir(root)
     directory.mkdir(parents=True, exist_ok=True)
     report = HookReport(directory)
-    script = render(repository, nats_url)
+    script = render(repository, nats_url, credentials=credentials)
     for name in HOOKS:
         hook = directory / name
         if (hook.exists() or hook.is_symlink()) and not is_ours(hook):

@@ -257,6 +257,12 @@ class Indexer:
         except ChunkingError as exc:
             summary.skipped.append(Skipped(change.path, str(exc)))
             return _Planned(change, None, str(exc))
+        except (RecursionError, ValueError, UnicodeError) as exc:
+            # one pathological file (e.g. hundreds of nested namespaces) is skipped, not the whole batch:
+            # a batch that fails is redelivered, and would fail again for ever
+            reason = f"cannot be chunked: {type(exc).__name__}"
+            summary.skipped.append(Skipped(change.path, reason))
+            return _Planned(change, None, reason)
         summary.chunks_total += len(fc.chunks)
         if row is not None and not row.deleted and row.content_hash == fc.content_hash and change.seq is None:
             summary.files_unchanged += 1

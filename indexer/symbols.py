@@ -163,11 +163,21 @@ def _py_docstring(body: Node | None, src: bytes) -> str | None:
 _DOC_STRIP = re.compile(r"^\s*(?:[rRbBuUfF]{0,2}(?:\"\"\"|'''|\"|')|/\*\*+|/\*!?|///?!?|//|\*+(?!/))\s?")
 
 
+def _without_closing_marker(text: str) -> str:
+    """``text`` without a closing ``*/`` (any run of stars before the slash), triple quote, and the spaces
+    after it. (A regex searching for the marker rescanned a long run of stars from each of its characters.)"""
+    end = text.rstrip()
+    if end.endswith(('"""', "'''")):
+        return end[:-3]
+    if end.endswith("*/"):
+        return end[:-1].rstrip("*")
+    return text
+
+
 def _doc_line(raw: str) -> str | None:
     """First meaningful line of a docstring or comment, without comment/quote markers."""
     for line in raw.splitlines():
-        cleaned = _DOC_STRIP.sub("", line).strip()
-        cleaned = re.sub(r"(?:\*+/|\"\"\"|''')\s*$", "", cleaned).strip()
+        cleaned = _without_closing_marker(_DOC_STRIP.sub("", line)).strip()
         if cleaned:
             return cleaned
     return None
@@ -1163,7 +1173,6 @@ def references_in_range(parsed: ParsedFile, start_byte: int, end_byte: int,
 
 _LINE_STRING = re.compile(r"""(["'`])(?:\\.|(?!\1).)*\1?""")
 _LINE_NAME = re.compile(r"[A-Za-z_]\w*")
-_RECEIVER = re.compile(r"([A-Za-z_]\w*|\S)\s*(\.|->|::)\s*$")
 
 
 def line_references(parsed: ParsedFile, line: int) -> list[Reference]:
@@ -1177,12 +1186,42 @@ def line_references(parsed: ParsedFile, line: int) -> list[Reference]:
     if comment and comment in code:
         code = code[: code.index(comment)]
     out: list[Reference] = []
+    byte, seen = start, 0  # byte offsets grow with the line: one pass, not a re-encoding per name
     for m in _LINE_NAME.finditer(code):
-        accessed = _RECEIVER.search(code, 0, m.start())
-        receiver = accessed.group(1) if accessed is not None else None
-        byte = start + len(code[: m.start()].encode("utf-8"))
+        receiver = _receiver_before(code, m.start())
+        byte += len(code[seen:m.start()].encode("utf-8"))
+        seen = m.start()
         out.append(Reference(m.group(0), byte, line, receiver, receiver is not None))
     return out
+
+
+_ASCII_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+
+
+def _receiver_before(code: str, at: int) -> str | None:
+    """What ``a.b``, ``a->b`` or ``a::b`` accesses ``b`` on, for the name starting at ``at``: the
+    name (or the one non-space character) before the operator; None when there is no operator.
+    Read backwards from ``at``, so a line of many names costs one pass (a regex anchored at each
+    name rescanned the line from its start: quadratic, with the GIL held, on a minified line)."""
+    i = at
+    while i > 0 and code[i - 1].isspace():
+        i -= 1
+    if code[max(0, i - 2):i] in ("->", "::"):
+        i -= 2
+    elif i > 0 and code[i - 1] == ".":
+        i -= 1
+    else:
+        return None
+    while i > 0 and code[i - 1].isspace():
+        i -= 1
+    end = i
+    while i > 0 and (code[i - 1].isalnum() or code[i - 1] == "_"):
+        i -= 1
+    word = code[i:end]
+    first = next((j for j, c in enumerate(word) if c in _ASCII_NAME_START), None)
+    if first is not None:
+        return word[first:]
+    return code[end - 1] if end > 0 and not code[end - 1].isspace() else None
 
 
 def iter_identifier_names(refs: list[Reference]) -> Iterator[str]:

@@ -28,6 +28,11 @@ class TensorSpec:
 
 CTX_CACHE_KEY = "ctx_cache_key"
 CTX_SPECULATION = "ctx_speculation"
+CTX_REQUEST_ID = "ctx_request_id"
+CTX_DEADLINE_MS = "ctx_deadline_ms"
+# A second model of the embedded server: ``ctx_request_id`` in, the request is abandoned (dropped
+# from the engine's queue, or stopped at its next prompt chunk or decode step, its KV kept).
+CANCEL_MODEL = "ctxpress_cancel"
 
 # Inputs the worker sends. dims exclude the batch dimension (Triton's max_batch_size > 0 convention).
 COMPLETION_INPUTS: tuple[TensorSpec, ...] = (
@@ -41,6 +46,10 @@ COMPLETION_INPUTS: tuple[TensorSpec, ...] = (
     # speculation mode ("auto" | "none" | "ngram" | "draft"; "" = the engine's default).
     TensorSpec("ctx_cache_key", "BYTES", (1,), optional=True),
     TensorSpec("ctx_speculation", "BYTES", (1,), optional=True),
+    # The caller's id for the request (what ``CANCEL_MODEL`` names) and how many milliseconds it
+    # still waits when it sends it: past that nobody reads the answer, so the engine drops it.
+    TensorSpec(CTX_REQUEST_ID, "BYTES", (1,), optional=True),
+    TensorSpec(CTX_DEADLINE_MS, "INT32", (1,), optional=True),
 )
 
 # Outputs the worker reads.

@@ -24,7 +24,9 @@ class Tokenizer:
         if not text:
             return []
         with self._lock:
-            return self._vocab.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+            # special=False: the worker counts file text, never its own FIM markers, and matching
+            # special-token strings in text is quadratic in llama.cpp (a file of "<|fim_prefix|>"...)
+            return self._vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False)
 
     def count(self, text: str) -> int:
         return len(self.encode(text))

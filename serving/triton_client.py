@@ -8,6 +8,7 @@ works for decoupled and non-decoupled models alike.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from serving import protocol
+
+log = logging.getLogger("ctxpress.triton_client")
 
 
 class InferenceError(RuntimeError):
@@ -52,7 +55,8 @@ _FIGURE_NAMES = (
 
 
 def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str],
-            stream: bool, cache_key: str | None = None, speculation: str | None = None) -> list[grpcclient.InferInput]:
+            stream: bool, cache_key: str | None = None, speculation: str | None = None,
+            request_id: str | None = None, deadline_ms: int | None = None) -> list[grpcclient.InferInput]:
     def make(name: str, dtype: str, value: np.ndarray) -> grpcclient.InferInput:
         tensor = grpcclient.InferInput(name, list(value.shape), dtype)
         tensor.set_data_from_numpy(value)
@@ -71,6 +75,10 @@ def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequen
         tensors.append(make(protocol.CTX_CACHE_KEY, "BYTES", np.array([[cache_key.encode("utf-8")]], dtype=object)))
     if speculation:
         tensors.append(make(protocol.CTX_SPECULATION, "BYTES", np.array([[speculation.encode()]], dtype=object)))
+    if request_id:
+        tensors.append(make(protocol.CTX_REQUEST_ID, "BYTES", np.array([[request_id.encode()]], dtype=object)))
+    if deadline_ms is not None:
+        tensors.append(make(protocol.CTX_DEADLINE_MS, "INT32", np.array([[max(deadline_ms, 1)]], dtype=np.int32)))
     return tensors
 
 
@@ -79,6 +87,8 @@ class TritonCompletionClient:
         self.url = url
         self.model = model
         self._client = grpcclient.InferenceServerClient(url=url)
+        self._cancels: set[asyncio.Task[None]] = set()
+        self.cancel_model_missing = False  # a GPU deployment stops on stream cancellation alone
 
     async def close(self) -> None:
         await self._client.close()
@@ -99,16 +109,20 @@ class TritonCompletionClient:
         timeout_s: float = 30.0,
         cache_key: str | None = None,
         speculation: str | None = None,
+        request_id: str | None = None,
     ) -> CompletionResult:
         """``cache_key``: the file the prompt belongs to (the engine keeps its KV); ``speculation``:
-        the speculative decoding mode for this request (None: the engine's default)."""
+        the speculative decoding mode for this request (None: the engine's default);
+        ``request_id``: lets a cancelled or timed-out call stop the engine's work on it (the engine
+        is also told ``timeout_s``, past which it drops the request by itself)."""
         started = time.perf_counter()
         result = CompletionResult(text="")
         pieces: list[str] = []
         try:
             async with asyncio.timeout(timeout_s):
                 async for text, figures, finish in self._stream(prompt, max_tokens, temperature, stop_words,
-                                                                cache_key, speculation):
+                                                                cache_key, speculation, request_id,
+                                                                int(timeout_s * 1000)):
                     if text and not pieces:
                         result.first_token_ms = (time.perf_counter() - started) * 1000
                     if text:
@@ -116,17 +130,50 @@ class TritonCompletionClient:
                     result.figures.update(figures)
                     result.finish_reason = finish or result.finish_reason
         except TimeoutError as exc:
+            self._cancel_later(request_id)
             raise InferenceTimeout(f"no answer from Triton at {self.url} within {timeout_s:.1f}s") from exc
+        except asyncio.CancelledError:
+            self._cancel_later(request_id)
+            raise
         result.text = "".join(pieces)
         result.total_ms = (time.perf_counter() - started) * 1000
         return result
 
+    def _cancel_later(self, request_id: str | None) -> None:
+        """Tell the engine, without waiting, that nobody reads this request's answer any more."""
+        if request_id is None or self.cancel_model_missing:
+            return
+        task = asyncio.get_running_loop().create_task(self.cancel(request_id))
+        self._cancels.add(task)
+        task.add_done_callback(self._cancels.discard)
+
+    async def cancel(self, request_id: str) -> bool:
+        """Abandon a request on the engine (dropped if queued, stopped at its next step if running).
+        True when the engine knew it; never raises (a failed cancel leaves the deadline to stop it)."""
+        tensor = grpcclient.InferInput(protocol.CTX_REQUEST_ID, [1], "BYTES")  # the model does not batch
+        tensor.set_data_from_numpy(np.array([request_id.encode()], dtype=object))
+        try:
+            async with asyncio.timeout(5.0):
+                reply = await self._client.infer(protocol.CANCEL_MODEL, [tensor])
+        except InferenceServerException as exc:
+            if "unknown model" in str(exc).lower() or "not found" in str(exc).lower():
+                self.cancel_model_missing = True
+            else:
+                log.info("cancel %s: %s", request_id, exc)
+            return False
+        except Exception as exc:  # unreachable, timed out, or the client closed meanwhile
+            log.info("cancel %s not delivered: %s", request_id, exc)
+            return False
+        ok = reply.as_numpy("ok")
+        return bool(ok is not None and ok.size and int(ok.reshape(-1)[0]))
+
     async def _stream(
         self, prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str],
-        cache_key: str | None = None, speculation: str | None = None,
+        cache_key: str | None = None, speculation: str | None = None, request_id: str | None = None,
+        deadline_ms: int | None = None,
     ) -> AsyncIterator[tuple[str, dict[str, int], str | None]]:
         inputs = _inputs(prompt, max_tokens, temperature, stop_words, stream=True, cache_key=cache_key,
-                         speculation=speculation)
+                         speculation=speculation, request_id=request_id, deadline_ms=deadline_ms)
 
         async def requests() -> AsyncIterator[dict[str, object]]:
             yield {"model_name": self.model, "inputs": inputs, "enable_empty_final_response": True}

@@ -20,7 +20,10 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +118,79 @@ def _response(text: str, figures: GenerationFigures) -> dict[str, np.ndarray]:
     }
 
 
+@dataclass
+class Watch:
+    """One live request's cancellation state: cancelled by id, or past the caller's deadline."""
+
+    request_id: str | None
+    deadline: float | None
+    cancelled: bool = False
+
+    @property
+    def watched(self) -> bool:
+        return self.request_id is not None or self.deadline is not None
+
+    def abandoned(self) -> bool:
+        return self.cancelled or (self.deadline is not None and time.monotonic() > self.deadline)
+
+
+class AbandonedRequests:
+    """Requests whose caller no longer waits: cancelled (by id, through ``CANCEL_MODEL``, or by the
+    caller's stream closing) or past their deadline. The engine drops one still queued and stops one
+    running at its next prompt chunk or decode step (what it processed stays in the KV pool); the
+    engine time they took is counted, against the time spent on requests served."""
+
+    RECENT = 1024  # cancels that arrived before their request (kept for a while, bounded)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[str, Watch] = {}
+        self._early: OrderedDict[str, float] = OrderedDict()
+        self.by_stage: dict[str, int] = {"queued": 0, "prompt": 0, "decode": 0}
+        self.abandoned_ms = 0.0
+        self.served_ms = 0.0
+
+    def watch(self, request_id: str | None, deadline: float | None) -> Watch:
+        w = Watch(request_id, deadline)
+        with self._lock:
+            if request_id is not None:
+                w.cancelled = self._early.pop(request_id, None) is not None
+                self._live[request_id] = w
+        return w
+
+    def cancel(self, request_id: str) -> bool:
+        """True when the request was live here."""
+        with self._lock:
+            w = self._live.get(request_id)
+            if w is not None:
+                w.cancelled = True
+                return True
+            self._early[request_id] = time.monotonic()
+            while len(self._early) > self.RECENT:
+                self._early.popitem(last=False)
+            return False
+
+    def forget(self, w: Watch, *, cancel: bool) -> None:
+        with self._lock:
+            if cancel:
+                w.cancelled = True
+            if w.request_id is not None and self._live.get(w.request_id) is w:
+                del self._live[w.request_id]
+
+    def record(self, stage: str, ms: float) -> None:
+        with self._lock:
+            self.by_stage[stage] += 1
+            self.abandoned_ms += ms
+
+    def record_served(self, ms: float) -> None:
+        with self._lock:
+            self.served_ms += ms
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {**self.by_stage, "abandoned_ms": round(self.abandoned_ms, 1), "served_ms": round(self.served_ms, 1)}
+
+
 class CompletionModel:
     """The pytriton inference callable: one request per call (max_batch_size 1).
 
@@ -135,7 +211,16 @@ class CompletionModel:
         self._scheduler: LatencyFirstScheduler[Callable[[], None]] = LatencyFirstScheduler(
             window_s=WINDOW_S if latency_first else 0.0)
         self._ready = threading.Condition()
+        self.abandoned = AbandonedRequests()
         threading.Thread(target=self._run_admitted, name="llama", daemon=True).start()
+
+    def cancel(self, requests: list[Any]) -> list[dict[str, np.ndarray]]:
+        """The cancel model: each named request is abandoned (see ``AbandonedRequests``)."""
+        out = []
+        for request in requests:
+            known = self.abandoned.cancel(_text(request.data, protocol.CTX_REQUEST_ID))
+            out.append({"ok": np.array([[int(known)]], dtype=np.int32)})
+        return out
 
     def _submit(self, job: Callable[[], None], *, warm: bool, cost_s: float = 0.0,
                 ticket: Ticket | None = None) -> Ticket:
@@ -177,6 +262,9 @@ class CompletionModel:
         stop = _decode_list(inputs.get("stop_words"))
         cache_key = _text(inputs, protocol.CTX_CACHE_KEY) or None
         speculation = _text(inputs, protocol.CTX_SPECULATION) or None
+        budget_ms = int(_scalar(inputs, protocol.CTX_DEADLINE_MS, 0))
+        watch = self.abandoned.watch(_text(inputs, protocol.CTX_REQUEST_ID) or None,
+                                     time.monotonic() + budget_ms / 1000 if budget_ms > 0 else None)
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[GenerationChunk | BaseException | None] = asyncio.Queue()
@@ -189,27 +277,50 @@ class CompletionModel:
             except Exception as exc:  # the engine reports a bad prompt itself; admitted in arrival order
                 log.debug("no cost estimate: %s", exc)
         ticket: list[Ticket] = []  # set once queued (the engine may start before _submit returns)
+        item: GenerationChunk | BaseException | None = GenerationChunk(text="", figures=GenerationFigures())
 
         def give_way() -> bool:
-            return bool(ticket) and self._due_before(ticket[0].deadline)
+            # an abandoned request stops at its next chunk too, keeping the KV it has processed
+            return watch.abandoned() or (bool(ticket) and self._due_before(ticket[0].deadline))
+
+        def finish_abandoned(stage: str, started: float, figures: GenerationFigures | None = None) -> None:
+            self.abandoned.record(stage, (time.perf_counter() - started) * 1000)
+            done = figures or GenerationFigures(prompt_tokens=len(tokens or ()))
+            done.finish_reason = "cancelled"
+            loop.call_soon_threadsafe(queue.put_nowait, GenerationChunk(text="", figures=done, final=True))
+            self._write_status()
+            loop.call_soon_threadsafe(queue.put_nowait, None)
 
         def produce(carried: GaveWay | None = None) -> None:
             if live:
                 self.engine.live_waiting -= 1
+            started = time.perf_counter()
+            if watch.abandoned():  # nobody waits for it any more: never computed
+                finish_abandoned("queued", started)
+                return
             try:
                 chunks = self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop,
                                               cache_key=cache_key, speculation=speculation,
-                                              give_way=give_way if by_deadline else None, carried=carried,
-                                              tokens=tokens)
+                                              give_way=give_way if (by_deadline or watch.watched) else None,
+                                              carried=carried, tokens=tokens)
                 for chunk in chunks:
+                    if not chunk.final and watch.abandoned():
+                        chunks.close()  # stops between decode steps; the KV so far stays in the pool
+                        finish_abandoned("decode", started, chunk.figures)
+                        return
                     loop.call_soon_threadsafe(queue.put_nowait, chunk)
+                self.abandoned.record_served((time.perf_counter() - started) * 1000)
             except GaveWay as stepped:  # queued again with its first arrival and deadline
+                if watch.abandoned():
+                    finish_abandoned("prompt", started)
+                    return
+                self.abandoned.record_served((time.perf_counter() - started) * 1000)
                 log.info("a prompt (%s) gave way to a request due earlier after %d tokens", cache_key,
                          stepped.processed)
                 if live:
                     self.engine.live_waiting += 1
                 # (the except clause unbinds its name: the job gets the exception as an argument)
-                self._submit(functools.partial(produce, stepped), warm=False, ticket=ticket[0])
+                self._submit(functools.partial(produce, stepped), warm=False, ticket=ticket[0] if ticket else None)
                 return
             except BaseException as exc:  # handed to the caller, which turns it into a Triton error
                 loop.call_soon_threadsafe(queue.put_nowait, exc)
@@ -220,16 +331,21 @@ class CompletionModel:
             self.engine.live_waiting += 1
         ticket.append(self._submit(produce, warm=not live, cost_s=cost_s))
         pieces: list[str] = []
-        while (item := await queue.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            if item.final:
-                # Streaming clients already have the text; a non-streaming one gets it all now.
-                yield [_response("" if stream else "".join(pieces), item.figures)]
-            elif stream:
-                yield [_response(item.text, item.figures)]
-            else:
-                pieces.append(item.text)
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                if item.final:
+                    # Streaming clients already have the text; a non-streaming one gets it all now.
+                    yield [_response("" if stream else "".join(pieces), item.figures)]
+                elif stream:
+                    yield [_response(item.text, item.figures)]
+                else:
+                    pieces.append(item.text)
+        finally:
+            # Also when the stream is closed under us (the client went away): the engine drops
+            # or stops the request instead of finishing it for nobody.
+            self.abandoned.forget(watch, cancel=item is not None)
 
     def _write_status(self) -> None:
         """`ctxpress status` reads the engine's state (pool, speculation, degradations) from here."""
@@ -239,7 +355,7 @@ class CompletionModel:
             tmp = self.status_path.with_suffix(".tmp")
             st = self._scheduler.stats
             waits = sorted(st.waits_ms)
-            status = {**self.engine.status(), "admission": {
+            status = {**self.engine.status(), "abandoned": self.abandoned.snapshot(), "admission": {
                 "latency_first": self._latency_first, "released": st.released, "batches": st.batches,
                 "urgent": st.urgent, "warm": st.warm,
                 "wait_ms_p95": waits[int(0.95 * (len(waits) - 1))] if waits else None}}
@@ -258,12 +374,21 @@ def _bind_completion_model(triton: Any, engine: LlamaEngine, status_path: Path |
         # Triton has no optional outputs; this engine always produces every figure.
         return Tensor(name=t.name, dtype=dtype, shape=t.dims, optional=t.optional and not output)
 
+    model = CompletionModel(engine, status_path, latency_first)
     triton.bind(
         model_name=protocol.COMPLETION_MODEL,
-        infer_func=CompletionModel(engine, status_path, latency_first),
+        infer_func=model,
         inputs=[spec(t) for t in protocol.COMPLETION_INPUTS],
         outputs=[spec(t, output=True) for t in protocol.COMPLETION_OUTPUTS + protocol.FIGURE_OUTPUTS],
         config=ModelConfig(batching=True, max_batch_size=1, decoupled=True),
+        strict=False,
+    )
+    triton.bind(
+        model_name=protocol.CANCEL_MODEL,
+        infer_func=model.cancel,
+        inputs=[Tensor(name=protocol.CTX_REQUEST_ID, dtype=bytes, shape=(1,))],
+        outputs=[Tensor(name="ok", dtype=np.int32, shape=(1,))],
+        config=ModelConfig(batching=False),
         strict=False,
     )
 

@@ -9,6 +9,7 @@ loop keeps answering while a request is being assembled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -17,22 +18,26 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
 import nats
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from prometheus_client import start_http_server
 from pydantic import ValidationError
 
 from ctxpress.features import resolve as resolve_features
 from ctxpress.languages import language_from_path
 from ctxpress.settings import Settings
+from ctxpress.team import service_connect_options, subject_user, team_mode, user_subject
 from ctxpress.wire.v1 import (
+    SUBJECT_CANCEL,
     SUBJECT_FILE_OPENED,
     BlockReport,
+    CancelRequest,
     CompletionRequest,
     CompletionResponse,
     ContextReport,
@@ -59,8 +64,17 @@ from workers.context.assemble import assemble_context, warm_file
 from workers.context.line_tokens import exact_counter
 from workers.context.packing import memoized
 from workers.context.retrieval import RenderedChunk, Retrieval, Retriever, render_retrieved
-from workers.context.window import CursorOutOfRange, Window, baseline_window, split_at_cursor
+from workers.context.window import (
+    MAX_LINE_CHARS,
+    CursorOutOfRange,
+    Window,
+    baseline_window,
+    clip_long_lines,
+    longest_line,
+    split_at_cursor,
+)
 from workers.file_store import FileStore
+from workers.grants import Caller, Forbidden, Grants, GrantsUnavailable
 from workers.postprocess import clean_completion
 from workers.process import run_service
 from workers.telemetry import TelemetryWriter
@@ -113,6 +127,10 @@ class Prepared:
     steady: bool = False
 
 
+# Above this, a file's token count in the report is estimated (about 4 characters a token) rather than
+# counted: the shared tokenizer would be held for seconds by a figure nobody waits for.
+EXACT_FILE_TOKENS_CHARS = 256 * 1024
+
 # Files whose cross-file chunks are kept for the next keystroke in the same block.
 HELD_CHUNK_FILES = 64
 
@@ -126,9 +144,11 @@ class CompletionService:
         model_name: str,
         telemetry: TelemetryWriter | None = None,
         retriever: Retriever | None = None,
+        grants: Grants | None = None,
     ) -> None:
         self.settings = settings
         self.retriever = retriever
+        self.grants = grants  # team mode: each request's user (from its subject) must hold a grant for its repository
         self.triton = triton
         self.count_tokens = count_tokens
         self.model_name = model_name
@@ -146,26 +166,68 @@ class CompletionService:
         # beside (the long eval: ~1,000-token prompts took 13 s, 21-22 s beside a big file's warm-up).
         self._low_priority = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxpress-background",
                                                 initializer=_lowest_cpu_priority)
+        # Requests by (user, the caller's request_id), for ``ctxpress.v1.cancel``: a user cancels only their own.
+        self._inflight: dict[tuple[str | None, str], asyncio.Task[object]] = {}
+        self._cancelled_by_caller: dict[tuple[str | None, str], bool] = {}
+        self.engine_load = EngineLoad()
 
-    async def handle(self, data: bytes, received_at: float) -> bytes:
-        """One request in, one reply out; never raises."""
+    async def handle(self, data: bytes, received_at: float, user: str | None = None) -> bytes:
+        """One request in, one reply out; never raises (a cancelled request answers ``cancelled``).
+        ``user``: whose subject it came on (team mode), None on the single-user subjects."""
         request_id = uuid.uuid4().hex[:16]
         request: CompletionRequest | None = None
+        task = asyncio.current_task()
         try:
             request = parse_request(data, self.settings.max_request_bytes)
             request_id = request.request_id or request_id
-            response = await self._complete(request, request_id, received_at)
-            self._observe(request, response)
+            caller = await self._authorize(user, request.repository)
+            if task is not None and request.request_id:
+                self._inflight[(user, request.request_id)] = task
+            response = await self._complete(request, request_id, received_at, caller)
+            self._observe(request, response, user)
             return response.model_dump_json().encode()
+        except asyncio.CancelledError:
+            if task is not None and task.cancelling() and not self._cancelled_by_caller.pop((user, request_id), False):
+                raise  # the worker is stopping, not the caller
+            metrics.CANCELLED.inc()
+            body = ErrorBody(code=ErrorCode.CANCELLED, message=f"request {request_id} was cancelled by its caller")
         except RequestError as exc:
             body = exc.body
         except Exception:  # a bug must not take the worker down or leave the IDE hanging
             log.exception("request %s failed", request_id)
             body = ErrorBody(code=ErrorCode.INTERNAL, message=f"internal error (request {request_id})")
-        self._observe_error(request, request_id, body, received_at)
+        finally:
+            if request is not None and request.request_id and self._inflight.get((user, request.request_id)) is task:
+                del self._inflight[(user, request.request_id)]
+        self._observe_error(request, request_id, body, received_at, user)
         return ErrorResponse(error=body).model_dump_json().encode()
 
-    def _observe(self, request: CompletionRequest, response: CompletionResponse) -> None:
+    async def _authorize(self, user: str | None, repository: str) -> Caller:
+        """Team mode: nothing of a request reaches retrieval or the engine unless its user holds a grant for
+        its repository. The single-user appliance serves everything it is asked."""
+        if self.grants is None:
+            return Caller(user, (repository,))
+        try:
+            return await self.grants.authorize(user, repository)
+        except Forbidden as exc:
+            raise RequestError(ErrorCode.FORBIDDEN, str(exc)) from None
+        except GrantsUnavailable as exc:
+            raise RequestError(ErrorCode.INTERNAL, str(exc)) from None
+
+    def cancel(self, data: bytes, user: str | None = None) -> bool:
+        """``ctxpress.v1.cancel``: abandon the named request if this worker holds it (for the same user)."""
+        try:
+            request_id = CancelRequest.model_validate_json(data).request_id
+        except ValidationError:
+            return False
+        task = self._inflight.get((user, request_id))
+        if task is None or task.done():
+            return False
+        self._cancelled_by_caller[(user, request_id)] = True
+        task.cancel()
+        return True
+
+    def _observe(self, request: CompletionRequest, response: CompletionResponse, user: str | None = None) -> None:
         """Log, count and record one completion (the seed's habit: every request, every figure)."""
         ctx, t = response.context, response.timings
         outcome = "degraded" if ctx.degraded else "ok"
@@ -192,7 +254,7 @@ class CompletionService:
             "context_tokens": ctx.context_tokens, "prompt_tokens": ctx.prompt_tokens,
             "cached_tokens": ctx.cached_tokens, "completion_tokens": response.completion_tokens,
             "draft_tokens_proposed": response.draft_tokens_proposed,
-            "draft_tokens_accepted": response.draft_tokens_accepted,
+            "draft_tokens_accepted": response.draft_tokens_accepted, "user_name": user,
             **{f"{stage}_ms": getattr(t, f"{stage}_ms") for stage in ("queue", "context", "prompt", "decode", "total")},
         }
         log.info(json.dumps({"event": "completion", **{k: v for k, v in row.items() if k != "features"}}))
@@ -200,7 +262,7 @@ class CompletionService:
             self.telemetry.record_event(row)
 
     def _observe_error(self, request: CompletionRequest | None, request_id: str, body: ErrorBody,
-                       received_at: float) -> None:
+                       received_at: float, user: str | None = None) -> None:
         mode = request.mode if request else "unknown"
         metrics.REQUESTS.labels(mode, "error").inc()
         metrics.ERRORS.labels(body.code.value).inc()
@@ -211,10 +273,10 @@ class CompletionService:
                 "path": request.path if request else "", "mode": mode,
                 "scenario": (request.scenario if request else None) or "ide", "outcome": "error",
                 "error_code": body.code.value, "sources": [], "features": "{}",
-                "total_ms": (time.perf_counter() - received_at) * 1000,
+                "total_ms": (time.perf_counter() - received_at) * 1000, "user_name": user,
             })
 
-    def feedback(self, data: bytes) -> bytes:
+    def feedback(self, data: bytes, user: str | None = None) -> bytes:
         """An IDE's accept/dismiss of a completion: recorded for the real acceptance rate."""
         try:
             event = Feedback.model_validate_json(data)
@@ -223,18 +285,23 @@ class CompletionService:
             return ErrorResponse(error=body).model_dump_json().encode()
         metrics.FEEDBACK.labels(event.action).inc()
         if self.telemetry is not None:
-            self.telemetry.record_feedback(event.model_dump())
+            self.telemetry.record_feedback({**event.model_dump(), "user_name": user})
         return b'{"ok": true}'
 
-    async def file_opened(self, data: bytes) -> bytes:
+    async def file_opened(self, data: bytes, user: str | None = None) -> bytes:
         """Warm the parse tree and symbol table of a file before its first completion."""
         try:
             event = FileOpened.model_validate_json(data)
+            caller = await self._authorize(user, event.repository)
         except ValidationError as exc:
             body = ErrorBody(code=ErrorCode.INVALID_REQUEST, message=f"invalid file_opened: {exc.errors()[0]['msg']}")
             return ErrorResponse(error=body).model_dump_json().encode()
-        self.files.put(content_hash(event.text), event.text)
+        except RequestError as exc:
+            return ErrorResponse(error=exc.body).model_dump_json().encode()
+        self.files.put(caller.file_key(content_hash(event.text)), event.text)
         loop = asyncio.get_running_loop()
+        if await loop.run_in_executor(None, longest_line, event.text) > MAX_LINE_CHARS:
+            return json.dumps({"ok": False, "reason": "long lines: completions there use the window"}).encode()
         try:
             warm_ms = await loop.run_in_executor(
                 self._low_priority, functools.partial(warm_file, event.path, event.text, event.language,
@@ -242,30 +309,34 @@ class CompletionService:
         except Exception as exc:  # warming is optional: the first completion will parse instead
             log.exception("warming %s failed", event.path)
             return json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()
-        task = asyncio.create_task(self._prewarm_logged(event))
+        task = asyncio.create_task(self._prewarm_logged(event, caller))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return json.dumps({"ok": True, "warm_ms": warm_ms}).encode()
 
-    async def _prewarm_logged(self, event: FileOpened) -> None:
+    async def _prewarm_logged(self, event: FileOpened, caller: Caller) -> None:
         try:
-            await self._prewarm(event)
+            await self._prewarm(event, caller)
         except Exception as exc:  # optional: the first keystroke pays the prompt instead
             metrics.DEGRADED.labels("prewarm", type(exc).__name__).inc()
             log.warning("pre-warming %s failed: %s", event.path, exc)
 
-    def _cache_key(self, request: CompletionRequest, features: dict[str, bool]) -> str | None:
-        """The engine's KV pool is keyed by repository + path + model (None: the shared context)."""
+    def _cache_key(self, request: CompletionRequest, features: dict[str, bool],
+                   caller: Caller | None = None) -> str | None:
+        """The engine's KV pool is keyed by repository + path + model (None: the shared context). In team mode
+        by user too, shared context included: the cached-token count every reply carries would otherwise tell
+        one user whether a prompt they guess matches what another one sent."""
+        owner = f"{caller.user}:" if caller is not None and caller.user is not None else ""
         if request.mode != "optimized" or not features.get("prefix_cache", False):
-            return None
-        return f"{self.model_name}:{request.repository}:{request.path}"
+            return f"{self.model_name}:{owner}shared" if owner else None
+        return f"{self.model_name}:{owner}{request.repository}:{request.path}"
 
     def _speculation(self, request: CompletionRequest, features: dict[str, bool]) -> str:
         if request.mode != "optimized" or not features.get("speculative", False):
             return "none"
         return "auto"
 
-    async def _prewarm(self, event: FileOpened) -> None:
+    async def _prewarm(self, event: FileOpened, caller: Caller) -> None:
         """Process the stable part of the file's optimized prompt in the engine (max_tokens=0),
         so that the first keystroke finds its KV. The engine gives way to live requests."""
         if event.line is None:  # without a cursor there is no prompt to predict
@@ -294,19 +365,19 @@ class CompletionService:
         result = await self.triton.complete(
             head,
             max_tokens=0, timeout_s=self.settings.triton_timeout_s,
-            cache_key=self._cache_key(request, features), speculation="none")
+            cache_key=self._cache_key(request, features, caller), speculation="none")
         metrics.PREWARMED_TOKENS.inc(result.figures.get(protocol.CTX_PROMPT_TOKENS, 0))
         log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
             protocol.CTX_PROMPT_TOKENS), "reused": result.figures.get(protocol.CTX_CACHED_TOKENS),
             "finish": result.finish_reason}))
 
-    def _resolve_text(self, request: CompletionRequest) -> tuple[str, str]:
+    def _resolve_text(self, request: CompletionRequest, caller: Caller) -> tuple[str, str]:
         if request.text is not None:
             digest = content_hash(request.text)
-            self.files.put(digest, request.text)
+            self.files.put(caller.file_key(digest), request.text)
             return request.text, digest
         assert request.content_hash is not None
-        text = self.files.get(request.content_hash)
+        text = self.files.get(caller.file_key(request.content_hash))
         if text is None:
             raise RequestError(ErrorCode.UNKNOWN_CONTENT,
                                f"content hash {request.content_hash[:12]}… is not known here; send the text")
@@ -385,9 +456,9 @@ class CompletionService:
         return (self.retriever is not None and request.mode == "optimized"
                 and resolve_features(request.features)["retrieval"])
 
-    async def _retrieve(self, request: CompletionRequest, text: str) -> Retrieval:
+    async def _retrieve(self, request: CompletionRequest, text: str, caller: Caller) -> Retrieval:
         assert self.retriever is not None
-        return await self.retriever.retrieve(repositories=[request.repository], path=request.path, text=text,
+        return await self.retriever.retrieve(repositories=list(caller.repositories), path=request.path, text=text,
                                              line=request.line, language=request.language)
 
     def _add_retrieved(self, prepared: Prepared, retrieval: Retrieval, request: CompletionRequest) -> None:
@@ -440,6 +511,8 @@ class CompletionService:
     def _file_tokens(self, text: str, digest: str) -> int:
         """Exact whole-file token count, for the report; cached per file version."""
         count = self._file_tokens_cache.get(digest)
+        if count is None and len(text) > EXACT_FILE_TOKENS_CHARS:
+            return len(text) // 4  # a report figure is not worth holding the tokenizer for seconds
         if count is None:
             count = self.count_tokens(text)
             if len(self._file_tokens_cache) > 4096:
@@ -447,32 +520,72 @@ class CompletionService:
             self._file_tokens_cache[digest] = count
         return count
 
-    async def _complete(self, request: CompletionRequest, request_id: str, received_at: float) -> CompletionResponse:
-        started = time.perf_counter()
-        queue_ms = (started - received_at) * 1000
-        text, digest = self._resolve_text(request)
+    async def _prepare_with_retrieval(self, request: CompletionRequest, text: str, digest: str,
+                                      caller: Caller) -> Prepared:
         loop = asyncio.get_running_loop()
         prepare = loop.run_in_executor(None, partial(self._prepare, request, text, digest))
-        if self._wants_retrieval(request):
-            # cross-file retrieval runs beside in-file assembly; it never raises and is bounded
-            prepared, retrieval = await asyncio.gather(prepare, self._retrieve(request, text))
-            await loop.run_in_executor(None, self._add_retrieved, prepared, retrieval, request)
+        if not self._wants_retrieval(request):
+            return await prepare
+        # cross-file retrieval runs beside in-file assembly; it never raises and is bounded
+        prepared, retrieval = await asyncio.gather(prepare, self._retrieve(request, text, caller))
+        await loop.run_in_executor(None, self._add_retrieved, prepared, retrieval, request)
+        return prepared
+
+    def _prepare_long_lines(self, request: CompletionRequest, text: str, digest: str, longest: int) -> Prepared:
+        """A file with a line over ``MAX_LINE_CHARS``: the baseline window of the file with its long lines cut."""
+        try:
+            split_at_cursor(text, request.line, request.column)
+        except CursorOutOfRange as exc:
+            raise RequestError(ErrorCode.CURSOR_OUT_OF_RANGE, str(exc)) from None
+        clipped, column = clip_long_lines(text, request.line, request.column)
+        prepared = self._prepare(request.model_copy(update={"column": column, "mode": "baseline",
+                                                            "budget_tokens": request.budget_tokens or
+                                                            self.settings.context_budget_tokens}),
+                                 clipped, digest)
+        prepared.report.degraded = f"long lines: a line of {longest:,} characters (over {MAX_LINE_CHARS:,})"
+        return prepared
+
+    async def _complete(self, request: CompletionRequest, request_id: str, received_at: float,
+                        caller: Caller) -> CompletionResponse:
+        started = time.perf_counter()
+        queue_ms = (started - received_at) * 1000
+        text, digest = self._resolve_text(request, caller)
+        loop = asyncio.get_running_loop()
+        longest = await loop.run_in_executor(None, longest_line, text)
+        if longest > MAX_LINE_CHARS:
+            # minified or generated code: the window around the cursor, long lines cut, no parse, no
+            # retrieval (every pass over such a line costs in proportion to its length)
+            prepared = await loop.run_in_executor(None, self._prepare_long_lines, request, text, digest, longest)
         else:
-            prepared = await prepare
+            prepared = await self._prepare_with_retrieval(request, text, digest, caller)
         context_ms = (time.perf_counter() - started) * 1000
+
+            # cross-file retrieval runs beside in-file assembly; it never raises and is bounded
+        timeout_s = self.settings.triton_timeout_s
+        if request.timeout_ms is not None:
+            timeout_s = min(timeout_s, request.timeout_ms / 1000)
+        left_s = timeout_s - (time.perf_counter() - received_at)
+        expected_s = self.engine_load.expected_wait_s()
+        if left_s <= 0 or expected_s > left_s:
+            metrics.OVERLOADED.inc()
+            raise RequestError(ErrorCode.OVERLOADED,
+                               f"the engine is busy: {self.engine_load.inflight} requests ahead, about "
+                               f"{expected_s:.1f}s of work, and this request waits {max(left_s, 0):.1f}s")
         # Counting the whole file is for the report only: do it while the model works.
         file_tokens = loop.run_in_executor(self._low_priority, self._file_tokens, text, digest)
         try:
-            result = await self.triton.complete(
-                fim_prompt(prepared.prefix, prepared.suffix,
-                           suffix_first=request.mode == "optimized" and prepared.features.get("suffix_first", False),
-                           middle_from=_middle_from(request, prepared)),
-                max_tokens=request.max_tokens,
-                stop_words=STOP_WORDS,
-                timeout_s=self.settings.triton_timeout_s,
-                cache_key=self._cache_key(request, prepared.features),
-                speculation=self._speculation(request, prepared.features),
-            )
+            with self.engine_load.track():
+                suffix_first = request.mode == "optimized" and prepared.features.get("suffix_first", False)
+                result = await self.triton.complete(
+                    fim_prompt(prepared.prefix, prepared.suffix, suffix_first=suffix_first,
+                               middle_from=_middle_from(request, prepared)),
+                    max_tokens=request.max_tokens,
+                    stop_words=STOP_WORDS,
+                    timeout_s=left_s,
+                    cache_key=self._cache_key(request, prepared.features, caller),
+                    speculation=self._speculation(request, prepared.features),
+                    request_id=uuid.uuid4().hex,
+                )
         except InferenceTimeout as exc:
             raise RequestError(ErrorCode.INFERENCE_TIMEOUT, str(exc)) from None
         except InferenceUnavailable as exc:
@@ -509,6 +622,33 @@ class CompletionService:
         )
 
 
+class EngineLoad:
+    """This worker's requests waiting on the engine, and how long one takes (moving average): a
+    request that would wait longer than its caller does is rejected at once (``overloaded``)
+    instead of being queued to time out, leaving a backlog of work nobody waits for."""
+
+    def __init__(self, prior_s: float = 2.0, alpha: float = 0.2) -> None:
+        self.inflight = 0
+        self.mean_s = prior_s
+        self._alpha = alpha
+
+    def expected_wait_s(self) -> float:
+        return self.inflight * self.mean_s
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        self.inflight += 1
+        started = time.perf_counter()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self.inflight -= 1
+            if ok:
+                self.mean_s += self._alpha * (time.perf_counter() - started - self.mean_s)
+
+
 def _middle_from(request: CompletionRequest, prepared: Prepared) -> int | None:
     """Where the FIM middle starts in the prefix (see serving.fim.fim_prompt), None: at its end."""
     if request.mode != "optimized":
@@ -540,6 +680,8 @@ def load_tokenizer(settings: Settings) -> Callable[[str], int]:
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
+    connect_options = service_connect_options(settings)  # team mode: no start without the worker credential
+    grants = Grants(settings.effective_database_url()) if team_mode(settings) else None
     loop = asyncio.get_running_loop()
     count_tokens = await loop.run_in_executor(None, load_tokenizer, settings)
     # Load every grammar and query now rather than on the first request of each language, and
@@ -554,13 +696,13 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     retriever = Retriever(settings.effective_database_url(), AsyncTritonEmbedder(settings.effective_triton_url()),
                           timeout_ms=settings.retrieval_timeout_ms, top_k=settings.retrieval_top_k,
                           min_similarity=settings.retrieval_min_similarity)
-    service = CompletionService(settings, triton, count_tokens, settings.model_name, telemetry, retriever)
+    service = CompletionService(settings, triton, count_tokens, settings.model_name, telemetry, retriever, grants)
     nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-completion-worker",
-                            max_reconnect_attempts=-1)
+                            max_reconnect_attempts=-1, **connect_options)
     tasks: set[asyncio.Task[None]] = set()
 
     async def reply(msg: Msg, received_at: float) -> None:
-        payload = await service.handle(msg.data, received_at)
+        payload = await service.handle(msg.data, received_at, subject_user(msg.subject))
         if msg.reply:
             await msg.respond(payload)
 
@@ -571,7 +713,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         task.add_done_callback(tasks.discard)
 
     async def on_feedback(msg: Msg) -> None:
-        reply = service.feedback(msg.data)
+        reply = service.feedback(msg.data, subject_user(msg.subject))
         if msg.reply:
             await msg.respond(reply)
 
@@ -581,18 +723,34 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     feedback_sub = await nc.subscribe(settings.feedback_subject, queue=settings.completion_queue, cb=on_feedback)
 
     async def on_file_opened(msg: Msg) -> None:
-        reply = await service.file_opened(msg.data)
+        reply = await service.file_opened(msg.data, subject_user(msg.subject))
         if msg.reply:
             await msg.respond(reply)
 
     opened_sub = await nc.subscribe(SUBJECT_FILE_OPENED + suffix, queue=settings.completion_queue,
                                     cb=on_file_opened)
+
+    async def on_cancel(msg: Msg) -> None:
+        service.cancel(msg.data, subject_user(msg.subject))
+
+    # Not a queue group: whichever worker holds the request must hear it.
+    cancel_sub = await nc.subscribe(SUBJECT_CANCEL, cb=on_cancel)
+    # Team mode: the same handlers on every user's subjects (ctxpress.v1.u.*.<kind>), each request checked against
+    # the grants of the user in its subject. On the subjects above requests carry no user and get `forbidden`.
+    user_subs: list[Subscription] = []
+    if grants is not None:
+        for kind, cb in (("complete", on_message), ("feedback", on_feedback), ("file_opened", on_file_opened)):
+            user_subs.append(await nc.subscribe(user_subject("*", kind), queue=settings.completion_queue, cb=cb))
+        user_subs.append(await nc.subscribe(user_subject("*", "cancel"), cb=on_cancel))
     log.info("completion worker listening on %s (queue %s), Triton at %s", settings.completion_subject + suffix,
              settings.completion_queue, settings.effective_triton_url())
     await stop.wait()
     await sub.drain()  # no lost message: finish what was received, then leave the group
     await feedback_sub.drain()
     await opened_sub.drain()
+    await cancel_sub.unsubscribe()
+    for user_sub in user_subs:
+        await user_sub.drain()
     if tasks:
         await asyncio.wait(tasks, timeout=settings.triton_timeout_s)
     await nc.drain()

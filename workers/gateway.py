@@ -18,6 +18,7 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError, TimeoutError
 
 from ctxpress.settings import Settings
+from ctxpress.team import TeamConfigError, team_mode
 from ctxpress.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorCode, ErrorResponse
 from workers.process import run_service
 from workers.sharding import shard_for
@@ -34,6 +35,10 @@ def route(data: bytes, shards: int, exclude: frozenset[int] = frozenset()) -> in
 
 
 async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
+    if team_mode(settings):
+        # It would forward requests to the shards without the user of their subject: every one refused.
+        raise TeamConfigError("team mode: the gateway does not carry the user's identity to the shards yet; "
+                              "run the completion workers unsharded")
     nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-gateway", max_reconnect_attempts=-1)
     tasks: set[asyncio.Task[None]] = set()
 

@@ -1,6 +1,7 @@
 """The index worker: keeps the repository index fresh from the ``CTXPRESS_INDEX`` JetStream stream.
 
-Git hooks publish ``ctxpress.v1.index.git`` events and IDEs ``ctxpress.v1.file_saved``; every
+Git hooks publish ``ctxpress.v1.index.git`` events and IDEs ``ctxpress.v1.file_saved`` (in team mode
+``ctxpress.v1.u.<user>.file_saved``, applied only to a repository the user holds a grant for); every
 worker binds the same durable pull consumer, so they share the stream like a queue group. A
 batch is what is pending when the worker looks (a burst, a rebase's files), folded to the latest
 state of each path: one pass per file, not one per event. Messages are acked only after the
@@ -26,10 +27,12 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from ctxpress.settings import Settings
+from ctxpress.team import service_connect_options, subject_kind, subject_user, team_mode
 from ctxpress.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
 from indexer.stream import MAX_BATCH, ensure_stream
+from workers.grants import Forbidden, Grants, GrantsUnavailable
 from workers.process import run_service
 
 log = logging.getLogger("ctxpress.worker.index")
@@ -44,15 +47,16 @@ class Decoded:
     commit: str | None
     started_at: float | None  # when the hook ran / the IDE saved (epoch s), for freshness
     kind: str
+    user: str | None = None  # an editor's save in team mode: the user of its subject
 
 
 def decode(msg: Msg, seq: int) -> Decoded:
     """A stream message to the file states it carries; ``ValueError`` for a malformed one."""
     try:
-        if msg.subject == SUBJECT_FILE_SAVED:
+        if msg.subject == SUBJECT_FILE_SAVED or subject_kind(msg.subject) == "file_saved":
             saved = FileSaved.model_validate_json(msg.data)
             return Decoded(saved.repository, [FileChange(saved.path, saved.text, seq=seq)], None, saved.saved_at,
-                           "save")
+                           "save", subject_user(msg.subject))
         event = IndexEvent.model_validate_json(msg.data)
     except ValidationError as exc:
         raise ValueError(f"invalid {msg.subject} message: {exc.errors()[0]['msg']}") from None
@@ -73,6 +77,7 @@ class WorkerStats:
     batches: int = 0
     events: int = 0
     invalid: int = 0
+    forbidden: int = 0
     failures: int = 0
     files_indexed: int = 0
     file_passes: Counter[str] = field(default_factory=Counter)  # "repo:path" -> passes (coalescing check)
@@ -84,7 +89,8 @@ class WorkerStats:
         fresh = sorted(self.freshness_ms)
         return {
             "worker": self.worker, "batches": self.batches, "events": self.events, "invalid": self.invalid,
-            "failures": self.failures, "files_indexed": self.files_indexed, "stale_events": self.stale_events,
+            "forbidden": self.forbidden, "failures": self.failures, "files_indexed": self.files_indexed,
+            "stale_events": self.stale_events,
             "max_passes_per_file": max(self.file_passes.values(), default=0),
             "file_passes": dict(self.file_passes.most_common(50)),
             "freshness_ms": {"n": len(fresh), "p50": fresh[len(fresh) // 2] if fresh else None,
@@ -94,9 +100,10 @@ class WorkerStats:
 
 
 class IndexWorker:
-    def __init__(self, settings: Settings, indexer: Indexer) -> None:
+    def __init__(self, settings: Settings, indexer: Indexer, grants: Grants | None = None) -> None:
         self.settings = settings
         self.indexer = indexer
+        self.grants = grants  # team mode: an editor's save needs its user's grant for the repository
         self.stats = WorkerStats(worker=f"{os.uname().nodename}:{os.getpid()}")
 
     async def handle_batch(self, msgs: list[Msg]) -> None:
@@ -108,10 +115,21 @@ class IndexWorker:
             seq = msg.metadata.sequence.stream
             try:
                 decoded = decode(msg, seq)
+                if self.grants is not None and decoded.kind == "save":  # git hooks: the hooks credential, any repo
+                    await self.grants.authorize(decoded.user, decoded.repository)
             except ValueError as exc:
                 self.stats.invalid += 1
                 log.warning(json.dumps({"event": "invalid", "seq": seq, "subject": msg.subject, "error": str(exc)}))
                 await msg.term()  # never redeliver what can never be read
+                continue
+            except Forbidden as exc:
+                self.stats.forbidden += 1
+                log.warning(json.dumps({"event": "forbidden", "seq": seq, "subject": msg.subject, "error": str(exc)}))
+                await msg.term()
+                continue
+            except GrantsUnavailable as exc:
+                log.warning(json.dumps({"event": "grants unavailable", "seq": seq, "error": str(exc)}))
+                await msg.nak(delay=2.0)
                 continue
             good.append(msg)
             by_repo.setdefault(decoded.repository, []).append((seq, decoded))
@@ -159,10 +177,13 @@ class IndexWorker:
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
+    connect_options = service_connect_options(settings)  # team mode: no start without the worker credential
     embedder = TritonEmbedder(settings.effective_triton_url())
     indexer = Indexer(settings.effective_database_url(), embedder, settings.index_max_file_bytes)
-    worker = IndexWorker(settings, indexer)
-    nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-index-worker", max_reconnect_attempts=-1)
+    grants = Grants(settings.effective_database_url()) if team_mode(settings) else None
+    worker = IndexWorker(settings, indexer, grants)
+    nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-index-worker", max_reconnect_attempts=-1,
+                            **connect_options)
     js = nc.jetstream()
     await ensure_stream(js, settings)
     sub = await js.pull_subscribe_bind(settings.index_consumer, settings.index_stream)

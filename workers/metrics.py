@@ -26,3 +26,6 @@ CONTEXT_SOURCES = Counter("ctxpress_context_sources", "Context sources used", ["
 FEEDBACK = Counter("ctxpress_feedback", "IDE feedback on completions", ["action"])
 PREWARMED_TOKENS = Counter("ctxpress_prewarmed_tokens", "Prompt tokens processed ahead of time on file_opened")
 TELEMETRY_DROPPED = Counter("ctxpress_telemetry_dropped", "Telemetry rows dropped (database down or backlog)")
+CANCELLED = Counter("ctxpress_cancelled", "Completion requests abandoned by their caller (ctxpress.v1.cancel)")
+OVERLOADED = Counter("ctxpress_overloaded",
+                     "Completion requests rejected at once: the engine could not serve them in time")

@@ -8,6 +8,7 @@ import signal
 from collections.abc import Awaitable, Callable
 
 from ctxpress.settings import Settings, get_settings
+from ctxpress.team import TeamConfigError
 
 Service = Callable[[Settings, asyncio.Event], Awaitable[None]]
 
@@ -24,5 +25,9 @@ def run_service(service: Service) -> int:
             loop.add_signal_handler(sig, stop.set)
         await service(settings, stop)
 
-    asyncio.run(runner())
+    try:
+        asyncio.run(runner())
+    except TeamConfigError as exc:  # team mode without credentials: one clear line, not a traceback
+        logging.getLogger("ctxpress.worker").error("refusing to start: %s", exc)
+        return 2
     return 0

@@ -25,14 +25,15 @@ EVENT_COLUMNS = (
     "request_id", "repository", "path", "language", "mode", "scenario", "model", "outcome", "degraded_reason",
     "error_code", "strategy", "sources", "features", "file_tokens", "context_tokens", "prompt_tokens",
     "cached_tokens", "completion_tokens", "draft_tokens_proposed", "draft_tokens_accepted", "queue_ms",
-    "context_ms", "prompt_ms", "decode_ms", "total_ms",
+    "context_ms", "prompt_ms", "decode_ms", "total_ms", "user_name",
 )
 _INSERT_EVENT = text(
     f"INSERT INTO completion_events ({', '.join(EVENT_COLUMNS)}) VALUES "
     f"({', '.join(':' + c if c != 'features' else 'CAST(:features AS jsonb)' for c in EVENT_COLUMNS)})"
 )
 _INSERT_FEEDBACK = text(
-    "INSERT INTO completion_feedback (completion_id, action, chars_kept) VALUES (:completion_id, :action, :chars_kept)"
+    "INSERT INTO completion_feedback (completion_id, action, chars_kept, user_name)"
+    " VALUES (:completion_id, :action, :chars_kept, :user_name)"
 )
 
 
@@ -56,7 +57,7 @@ class TelemetryWriter:
         self._append(self._events, {c: row.get(c) for c in EVENT_COLUMNS})
 
     def record_feedback(self, row: dict[str, Any]) -> None:
-        self._append(self._feedback, row)
+        self._append(self._feedback, {"user_name": None, **row})
 
     def _append(self, rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
         if len(self._events) + len(self._feedback) >= self.max_backlog:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -138,6 +139,15 @@ def _scalar(request: object, name: str, default: object) -> object:
     return default if t is None else t.as_numpy().reshape(-1)[0].item()
 
 
+class RequestAbandoned(Exception):
+    """The caller cancelled the request or its deadline passed."""
+
+
+def _cancelled(request: object) -> bool:
+    is_cancelled = getattr(request, "is_cancelled", None)  # Triton >= 23.10
+    return bool(is_cancelled()) if callable(is_cancelled) else False
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
@@ -167,7 +177,14 @@ class TritonPythonModel:
             stop_t = pb_utils.get_input_tensor_by_name(request, "stop_words_list")
             stop_words = decode_stop_words(None if stop_t is None else stop_t.as_numpy())
 
+            budget_ms = _scalar(request, "ctx_deadline_ms", 0)
+            deadline = time.monotonic() + int(budget_ms) / 1000 if budget_ms else None  # type: ignore[call-overload]
+
             def emit(tokens: list[int], f: Figures, final: bool) -> None:
+                # A caller that went away (Triton's request cancellation) or stopped waiting: the
+                # rest would be generated for nobody.
+                if not final and (_cancelled(request) or (deadline is not None and time.monotonic() > deadline)):
+                    raise RequestAbandoned
                 sender.send(self._response(tokens, f), flags=final_flag if final else 0)
 
             speculation = _scalar(request, "ctx_speculation", b"")
@@ -180,6 +197,8 @@ class TritonPythonModel:
                 tokens_per_block=self.tokens_per_block,
             )
             await spec.run(prompt, max_new, end_id, stop_words, streaming, emit)
+        except RequestAbandoned:
+            sender.send(pb_utils.InferenceResponse(output_tensors=[]), flags=final_flag)
         except Exception as exc:  # one bad request must not take the model down
             sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc))),
                         flags=final_flag)

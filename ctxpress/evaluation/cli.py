@@ -45,6 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     be.add_argument("--peer-server", type=Path, metavar="LLAMA_SERVER",
                     help="typing: replay the session against this llama-server binary too, asked as llama.vscode "
                          "asks (same model file; see ctxpress/evaluation/peer.py)")
+    be.add_argument("--via", choices=["lsp"],
+                    help="typing: replay it through `ctxpress lsp` too, as an editor drives it (every keystroke a "
+                         "didChange; the forward cache and debounce count), beside the same replay sent to NATS")
+    be.add_argument("--fast-typist", action="store_true",
+                    help="with --via lsp: a request at every keystroke, each superseding the last; engine time "
+                         "on superseded requests with and without abandoning them in the appliance")
     be.set_defaults(func=cmd_bench)
 
     st = sub.add_parser("stats", help="summarise per-request telemetry")
@@ -133,6 +139,27 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     return status
 
 
+async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,
+                         fast_typist: bool) -> dict[str, dict[str, Any]]:
+    """The typing replay through `ctxpress lsp` (and, with ``fast_typist``, the superseding typist
+    with and without abandoning superseded requests in the appliance)."""
+    from ctxpress.evaluation.bench import summarise, third_party_root
+    from ctxpress.evaluation.editor_replay import forward_cache_share, supersede, typing_via_lsp
+    from ctxpress.evaluation.progress import Progress
+
+    path = typing_file or third_party_root() / "engine" / "result.py"
+    env = dict(os.environ)
+    samples = await typing_via_lsp(path, cfg, env, Progress(cfg.typing_pauses, "typing via lsp"))
+    out: dict[str, dict[str, Any]] = {"lsp": {**summarise(samples), **forward_cache_share(samples)}}
+    if fast_typist:
+        status_file = settings.run_dir / "engine-status.json"
+        for abandon in (False, True):
+            progress = Progress(12 * cfg.typing_pauses, f"fast typist ({'abandoning' if abandon else 'keeping'})")
+            out[f"fast_typist_{'abandon' if abandon else 'keep'}"] = await supersede(
+                path, cfg, env, status_file, settings.effective_database_url(), progress, abandon=abandon)
+    return out
+
+
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.evaluation.bench import DEFAULT_SCENARIOS, BenchConfig, final_line, report_lines, run_bench
     from ctxpress.features import parse_list
@@ -155,10 +182,15 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     if args.peer_server is not None and "typing" not in scenarios:
         print("error: --peer-server replays the typing scenario: add --scenario typing", file=sys.stderr)
         return 2
+    if args.via is not None and "typing" not in scenarios:
+        print("error: --via lsp replays the typing scenario: add --scenario typing", file=sys.stderr)
+        return 2
     try:
         results = asyncio.run(run_bench(cfg, scenarios, typing_file, others))
         if args.peer_server is not None and "typing" in scenarios:
             results["typing"]["peer"] = asyncio.run(_peer_typing(args.peer_server, typing_file, cfg, settings))
+        if args.via == "lsp":
+            results["typing"].update(asyncio.run(_editor_typing(typing_file, cfg, settings, args.fast_typist)))
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, Strict, model_validator
 
 from ctxpress import features
 from ctxpress.languages import KNOWN_LANGUAGES
@@ -20,6 +20,15 @@ SUBJECT_COMPLETE = "ctxpress.v1.complete"
 SUBJECT_FEEDBACK = "ctxpress.v1.feedback"
 
 MAX_TOKENS_LIMIT = 512
+
+
+def wire_lines(text: str) -> list[str]:
+    """The lines ``line`` counts, without their ``\n`` or ``\r\n``: split at ``\n`` only, as
+    tree-sitter counts rows and editors send them (a form feed or U+2028 does not end a line)."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines[-1] == "":  # the text ends with a line end (or is empty)
+        lines.pop()
+    return lines
 
 
 def content_hash(text: str) -> str:
@@ -36,6 +45,12 @@ class ErrorCode(StrEnum):
     INFERENCE_TIMEOUT = "inference_timeout"
     INFERENCE_UNAVAILABLE = "inference_unavailable"
     INFERENCE_FAILED = "inference_failed"
+    # The caller cancelled the request (``ctxpress.v1.cancel``), e.g. a newer keystroke superseded it.
+    CANCELLED = "cancelled"
+    # The engine's queue cannot serve the request within its deadline: rejected at once.
+    OVERLOADED = "overloaded"
+    # Team mode: the request's user (from the NATS subject, never the payload) has no grant for its repository.
+    FORBIDDEN = "forbidden"
     INTERNAL = "internal"
 
 
@@ -58,15 +73,21 @@ class CompletionRequest(BaseModel):
     path: str = Field(min_length=1, max_length=4096, description="file path relative to the repository")
     text: str | None = None
     content_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    line: int = Field(ge=0, description="0-based line of the cursor")
+    line: int = Field(ge=0, description="0-based line of the cursor (lines end at '\\n', see wire_lines)")
     column: int = Field(ge=0, description="0-based column of the cursor, in characters")
     language: str | None = None
     max_tokens: int = Field(default=64, ge=1, le=MAX_TOKENS_LIMIT)
     mode: Literal["optimized", "baseline"] = "optimized"
     budget_tokens: int | None = Field(default=None, ge=64, le=16384)
     # Line ranges (0-based, inclusive) the developer edited recently, most recent first.
-    recent_edits: list[tuple[int, int]] | None = Field(default=None, max_length=64)
+    # (not strict: JSON has no tuples, a range arrives as a two-number array)
+    recent_edits: list[Annotated[tuple[NonNegativeInt, NonNegativeInt], Strict(False)]] | None = Field(
+        default=None, max_length=64)
+    # The caller's id: ``ctxpress.v1.cancel`` names it to abandon the request.
     request_id: str | None = Field(default=None, max_length=128)
+    # How long the caller waits for the answer; past it the request is abandoned (default: the
+    # worker's inference timeout).
+    timeout_ms: int | None = Field(default=None, ge=100, le=600_000)
     # Labels for telemetry and ablations: which workload sent this, which optimisations to use.
     scenario: str | None = Field(default=None, max_length=64)
     features: dict[str, bool] | None = None
@@ -156,6 +177,16 @@ class Feedback(BaseModel):
 
 
 SUBJECT_FILE_OPENED = "ctxpress.v1.file_opened"
+SUBJECT_CANCEL = "ctxpress.v1.cancel"
+
+
+class CancelRequest(BaseModel):
+    """Abandon a ``complete`` request the caller no longer waits for (published, no reply): the
+    worker stops assembling it and the engine drops it from its queue or stops it at its next step."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    request_id: str = Field(min_length=1, max_length=128)
 
 
 class FileOpened(BaseModel):

@@ -9,7 +9,7 @@ if [ "$hook_name" = "post-rewrite" ] && [ -x "$hook_dir/$hook_name.ctxpress-chai
     # post-rewrite gets the rewritten commits on stdin: keep a copy for the chained hook
     stdin_copy=$(mktemp 2>/dev/null) && cat > "$stdin_copy"
 fi
-@PYTHON@ -I -S @PUBLISHER@ "$hook_name" "$@" --repository @REPOSITORY@ --nats @NATS_URL@ </dev/null
+@PYTHON@ -I -S @PUBLISHER@ "$hook_name" "$@" --repository @REPOSITORY@ --nats @NATS_URL@@CREDENTIALS@ </dev/null
 status=0
 if [ -x "$hook_dir/$hook_name.ctxpress-chained" ]; then
     if [ -n "$stdin_copy" ]; then

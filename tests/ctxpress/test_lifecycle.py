@@ -42,7 +42,7 @@ def test_up_status_down_leaves_no_process(tmp_path: Path, model_path: Path) -> N
         assert status.returncode == 0, status.stdout
         report = json.loads(status.stdout)
         assert {p["name"] for p in report["parts"] if p["running"]} == {
-            "nats", "postgres", "triton", "completion-worker", "index-worker"}
+            "nats", "postgres", "triton", "completion-worker", "index-worker", "supervisor"}
         assert live_processes_under(home)
         again = ctxpress(env, "up")  # idempotent: already running parts are kept
         assert again.returncode == 0 and "already running" in again.stdout

@@ -50,6 +50,10 @@ def _worker_pid(appliance: Any) -> int:
 
 
 def _kill_worker(appliance: Any) -> None:
+    """Kill the index worker and keep it down (the supervisor would restart it): events queue up."""
+    from ctxpress.services import SupervisorPart
+
+    SupervisorPart(appliance.settings).stop()
     pid = _worker_pid(appliance)
     os.kill(pid, signal.SIGKILL)
     deadline = time.time() + 10

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from ctxpress.wire.v1 import wire_lines
 from indexer.parsing import TREE_CACHE, ParsedFile, TreeCache, detect_language, is_supported, normalize_language
 from indexer.summaries import elision_marker
 from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols
@@ -330,7 +331,7 @@ def _assemble(
     def prompt_tokens(prefix: str, suffix: str) -> int:
         return exact(prefix) + exact(suffix)
 
-    file_lines = text.splitlines()
+    file_lines = wire_lines(text)
     options = (lang, budget, summaries, nearby_first, similar, fill_below)
     kept = steady_excerpts.lookup(cache, path, text, options, recent_edit_lines) if steady else None
     if kept is not None:

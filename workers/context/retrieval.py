@@ -34,6 +34,7 @@ import numpy as np
 from sqlalchemy import text as sql
 from sqlalchemy.orm import Session
 
+from ctxpress.wire.v1 import wire_lines
 from db.chunks import CoarseFiles, SearchHit, coarse_files, search_chunks
 from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys
@@ -53,6 +54,7 @@ LOWER_WHEN_UNRESOLVED = 0.10
 EMBED_TIMEOUT_S = 0.25
 _BUILTINS = frozenset(dir(builtins))
 _PARAM = re.compile(r"[(,]\s*\*{0,2}&?(?:mut\s+)?([A-Za-z_]\w*)")
+_WHITESPACE = re.compile(r"\s+")
 _ASSIGNED = re.compile(r"(?:^|[\s,(])(?:let|const|var|auto|mut)?\s*([A-Za-z_]\w*)\s*(?::=|=(?!=)|\bin\b)")
 
 
@@ -106,7 +108,7 @@ class QueryPlan:
 def plan_query(path: str, text: str, line: int, language: str | None,
                in_context_names: Collection[str] | None = None) -> QueryPlan:
     """The query text, the identifiers near the cursor and which of them the file leaves unresolved."""
-    lines = text.splitlines()
+    lines = wire_lines(text)
     line = max(0, min(line, max(len(lines) - 1, 0)))
     window = "\n".join(lines[max(0, line - QUERY_LINES_BEFORE) : line + QUERY_LINES_AFTER + 1])
     language = language if is_supported(language) else detect_language(path, text)
@@ -124,7 +126,9 @@ def plan_query(path: str, text: str, line: int, language: str | None,
         refs = sorted(refs + line_references(parsed, parsed.blanked_line), key=lambda r: r.byte)
     enclosing = table.enclosing_function(line)
     scope_text = parsed.text(enclosing.start_byte, end) if enclosing else window
-    local = set(_ASSIGNED.findall(scope_text))
+    # whitespace runs collapsed first: in a long run the pattern's "\s*" made findall quadratic (one
+    # regex call holding the GIL: the worker's event loop froze for minutes on a blank-line run)
+    local = set(_ASSIGNED.findall(_WHITESPACE.sub(" ", scope_text)))
     if enclosing is not None:  # parameter names: the first name after "(" or "," (types come after ":")
         local.update(_PARAM.findall(parsed.text(enclosing.decl_start_byte, enclosing.header_end_byte)))
     import_ranges = [(s.start_byte, s.end_byte) for s in table.symbols if s.kind in ("import", "package")]

@@ -33,10 +33,8 @@ class Window:
 def _cursor_lines(text: str) -> list[str]:
     """Lines of the file with their endings, and the empty line after a trailing newline (a
     valid cursor position: the end of the file)."""
-    lines = text.splitlines(keepends=True)
-    if not lines or lines[-1].endswith(("\n", "\r")):
-        lines.append("")
-    return lines
+    parts = text.split("\n")  # the wire's lines (see ctxpress.wire.v1.wire_lines)
+    return [part + "\n" for part in parts[:-1]] + [parts[-1]]
 
 
 def clamp_cursor(text: str, line: int, column: int) -> tuple[int, int]:
@@ -92,3 +90,31 @@ def baseline_window(
         truncated=truncated,
         tokens=used_before + used_after,
     )
+
+
+# A line longer than this is minified or generated code: nothing to parse or search for the context,
+# and each pass over it (parsing, tokenizing, regexes) costs in proportion to its length.
+MAX_LINE_CHARS = 4_000
+CURSOR_BEFORE_CHARS = 2_000  # what of such a cursor line is kept: the code just before the cursor ...
+CURSOR_AFTER_CHARS = 500  # ... and just after it
+OTHER_LINE_CHARS = 200  # any other long line keeps its start
+
+
+def longest_line(text: str) -> int:
+    return max(map(len, text.split("\n")), default=0)
+
+
+def clip_long_lines(text: str, line: int, column: int) -> tuple[str, int]:
+    """``text`` with every line over ``MAX_LINE_CHARS`` cut (the cursor line around the cursor), and the
+    cursor's column in it; line numbers are unchanged."""
+    lines = text.split("\n")
+    for i, current in enumerate(lines):
+        if len(current) <= MAX_LINE_CHARS:
+            continue
+        if i == line:
+            start = max(0, column - CURSOR_BEFORE_CHARS)
+            lines[i] = current[start:column + CURSOR_AFTER_CHARS]
+            column -= start
+        else:
+            lines[i] = current[:OTHER_LINE_CHARS]
+    return "\n".join(lines), column

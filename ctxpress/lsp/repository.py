@@ -1,0 +1,51 @@
+"""Which repository a file belongs to, and its path there: the git work tree's root, named as
+``ctxpress index`` names it by default (the folder's name), so retrieval finds its index."""
+
+from __future__ import annotations
+
+import configparser
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote, urlparse
+
+
+@dataclass(frozen=True)
+class Location:
+    repository: str
+    path: str  # relative to the root, "/"-separated
+    root: Path | None = None
+    remote: str | None = None  # the origin's URL, where there is one
+
+
+def git_root(path: Path) -> Path | None:
+    for folder in [path, *path.parents]:
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def origin_url(root: Path) -> str | None:
+    git = root / ".git"
+    if git.is_file():  # a worktree or submodule: "gitdir: <path>"
+        target = git.read_text(errors="replace").partition("gitdir:")[2].strip()
+        git = (root / target).resolve() if target else git
+    config = configparser.ConfigParser(strict=False, interpolation=None)
+    try:
+        config.read(git / "config", encoding="utf-8")
+    except (OSError, configparser.Error):
+        return None
+    return config.get('remote "origin"', "url", fallback=None)
+
+
+def locate(uri: str, workspace_roots: list[Path], repository: str | None = None) -> Location:
+    """``repository``: the user's override of the id (initializationOptions)."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        name = PurePosixPath(unquote(parsed.path or uri)).name or "untitled"
+        return Location(repository or "untitled", name)
+    file = Path(unquote(parsed.path))
+    root = git_root(file.parent)
+    if root is None:
+        root = next((r for r in workspace_roots if file.is_relative_to(r)), file.parent)
+    remote = origin_url(root) if (root / ".git").exists() else None
+    return Location(repository or root.name, file.relative_to(root).as_posix(), root, remote)

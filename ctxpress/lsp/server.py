@@ -1,0 +1,396 @@
+"""``ctxpress lsp``: inline completion (LSP 3.18) and plain completion over stdio, asked of the
+appliance over NATS (``ctxpress.v1.complete``).
+
+One keystroke's path: ``didChange`` updates the server's copy of the document (and the edited
+line ranges), then the editor asks ``textDocument/inlineCompletion``. A suggestion already on
+screen that the user is typing into is continued from the forward cache with no request;
+otherwise the previous request for the document is abandoned (here and in the appliance), the
+adaptive debounce waits, and one request goes out. Acceptance, and a suggestion superseded
+without it, are reported as feedback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pygls.capabilities import ServerCapabilitiesBuilder
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+
+from ctxpress.languages import language_from_editor
+from ctxpress.lsp.appliance import Appliance, Unreachable
+from ctxpress.lsp.debounce import AdaptiveDebounce
+from ctxpress.lsp.documents import Document, Encoding, PositionError
+from ctxpress.lsp.forward_cache import ForwardCache, Shown
+from ctxpress.lsp.repository import Location, locate
+from ctxpress.lsp.suggestion import without_following_lines
+from ctxpress.settings import Settings
+from ctxpress.team import NatsCredentials, TeamConfigError, load_credentials
+from ctxpress.wire.v1 import (
+    SUBJECT_CANCEL,
+    SUBJECT_FILE_OPENED,
+    SUBJECT_FILE_SAVED,
+    CompletionRequest,
+    Feedback,
+    FileOpened,
+    FileSaved,
+)
+
+log = logging.getLogger("ctxpress.lsp")
+
+ACCEPT_COMMAND = "ctxpress.accept"
+STATUS_NOTIFICATION = "ctxpress/status"
+VERSION = "0.1.0"
+
+
+class LspOptions(BaseModel):
+    """``initializationOptions`` (the editor's settings), over the ``CTXPRESS_*`` environment."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    # None: the credentials file's URL in team mode, else CTXPRESS_NATS_URL or the embedded NATS
+    nats_url: str | None = Field(default=None, alias="natsUrl")
+    credentials: Path | None = None
+    repository: str | None = Field(default=None, min_length=1, max_length=256)
+    debounce_ms: int = Field(default=0, ge=0, le=5000, alias="debounceMs")
+    max_tokens: int = Field(default=64, ge=1, le=512, alias="maxTokens")
+    mode: str = Field(default="optimized", pattern="^(optimized|baseline)$")
+    timeout_ms: int = Field(default=30_000, ge=100, le=600_000, alias="timeoutMs")
+    # For measurements: the telemetry label of this editor's requests, optimized mode's switches,
+    # and whether a superseded request is abandoned in the appliance too (off: only here).
+    scenario: str = Field(default="lsp", min_length=1, max_length=64)
+    features: dict[str, bool] | None = None
+    abandon_upstream: bool = Field(default=True, alias="abandonUpstream")
+
+    @classmethod
+    def from_editor(cls, settings: Settings, given: object) -> tuple[LspOptions, str | None]:
+        """The options, and what was wrong with the editor's (then the defaults are used)."""
+        defaults: dict[str, Any] = {
+            "natsUrl": settings.nats_url, "credentials": settings.nats_credentials,
+            "debounceMs": settings.lsp_debounce_ms, "maxTokens": settings.default_max_tokens,
+            "timeoutMs": int(settings.triton_timeout_s * 1000),
+        }
+        if given is not None and not isinstance(given, dict):
+            return cls.model_validate(defaults), "initializationOptions must be an object"
+        given = {k: v for k, v in (given or {}).items() if v not in (None, "")}
+        try:
+            return cls.model_validate({**defaults, **given}), None
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            return cls.model_validate(defaults), f"ignored initializationOptions ({problems})"
+
+
+@dataclass
+class Figures:
+    requests: int = 0
+    cache_hits: int = 0
+    cancelled: int = 0
+    last_latency_ms: float | None = None
+
+
+class CtxpressServer(LanguageServer):
+    def __init__(self, settings: Settings) -> None:
+        super().__init__("ctxpress", VERSION)
+        self.settings = settings
+        self.options, _ = LspOptions.from_editor(settings, None)
+        self.encoding = Encoding.UTF16
+        self.documents: dict[str, Document] = {}
+        self.locations: dict[str, Location] = {}
+        self.workspace_roots: list[Path] = []
+        self.forward = ForwardCache()
+        self.debounce = AdaptiveDebounce(self.options.debounce_ms)
+        self.pending: dict[str, asyncio.Task[Any]] = {}
+        self.figures = Figures()
+        self._appliance: Appliance | None = None
+        self.credentials: NatsCredentials | None = None
+
+    # --- the appliance ----------------------------------------------------------------------
+    @property
+    def appliance(self) -> Appliance:
+        if self._appliance is None:
+            url, login = self.options.nats_url or self.settings.effective_nats_url(), {}
+            if self.credentials is not None:  # team mode: the login, and its URL unless one is given
+                url = self.options.nats_url or self.credentials.nats_url
+                login = self.credentials.connect_options()
+            self._appliance = Appliance(url, login, self._reachability)
+        return self._appliance
+
+    def subject(self, kind: str) -> str:
+        """Where to send a ``complete``, ``file_opened``, ``feedback``, ``cancel`` or ``file_saved``: the
+        user's own subjects in team mode (NATS lets a user publish nowhere else)."""
+        if self.credentials is not None:
+            return self.credentials.subject(kind)
+        return {"complete": self.settings.completion_subject, "feedback": self.settings.feedback_subject,
+                "file_opened": SUBJECT_FILE_OPENED, "cancel": SUBJECT_CANCEL, "file_saved": SUBJECT_FILE_SAVED}[kind]
+
+    def load_credentials(self) -> str | None:
+        """Read the team credentials file, if one is set; what is wrong with it, else None."""
+        self.credentials = None
+        if self.options.credentials is None:
+            return None
+        try:
+            self.credentials = load_credentials(self.options.credentials)
+        except TeamConfigError as exc:
+            return str(exc)
+        return None
+
+    def _reachability(self, reachable: bool, why: str) -> None:
+        """Told once per change: a message the user sees, and the status the extension shows."""
+        if reachable:
+            self.window_show_message(types.ShowMessageParams(
+                type=types.MessageType.Info, message=f"ctxpress: suggestions are back ({why})."))
+        else:
+            self.window_show_message(types.ShowMessageParams(
+                type=types.MessageType.Warning,
+                message=f"ctxpress: the appliance is unreachable ({why}); no suggestions until it is back."))
+        self.notify_status("ready" if reachable else "unreachable", why)
+
+    def notify_status(self, state: str, message: str = "") -> None:
+        self.protocol.notify(STATUS_NOTIFICATION, {
+            "state": state, "message": message, "lastLatencyMs": self.figures.last_latency_ms,
+            "requests": self.figures.requests, "cacheHits": self.figures.cache_hits})
+
+    # --- documents --------------------------------------------------------------------------
+    def document(self, uri: str) -> Document:
+        doc = self.documents.get(uri)
+        if doc is None:
+            raise JsonRpcInvalidParams(f"{uri} is not open (didOpen first)")
+        return doc
+
+    def location(self, uri: str) -> Location:
+        if uri not in self.locations:
+            self.locations[uri] = locate(uri, self.workspace_roots, self.options.repository)
+        return self.locations[uri]
+
+    def too_large(self, doc: Document) -> str | None:
+        size = len(doc.text.encode("utf-8", errors="surrogatepass"))
+        limit = self.settings.max_request_bytes - 64 * 1024  # room for the request's other fields
+        if size > limit:
+            return f"the document is {size:,} bytes; the appliance takes documents up to {limit:,}"
+        return None
+
+    # --- completion -------------------------------------------------------------------------
+    async def suggest(self, uri: str, position: types.Position, *, explicit: bool) -> tuple[str, str] | None:
+        """(completion id, text) to show at ``position``, or None. Superseded or cancelled: raises
+        ``CancelledError`` (pygls answers the request with RequestCancelled)."""
+        doc = self.document(uri)
+        try:
+            offset = doc.offset_at(position.line, position.character, self.encoding)
+        except PositionError as exc:
+            raise JsonRpcInvalidParams(str(exc)) from None
+        if (problem := self.too_large(doc)) is not None:
+            raise JsonRpcInvalidParams(problem)
+        before, after = doc.text[:offset], doc.text[offset:]
+        hit = self.forward.lookup(uri, before, after)
+        if hit is not None:
+            self.figures.cache_hits += 1
+            return hit.completion_id, hit.rest
+        self._dismiss_shown(uri)
+        previous = self.pending.pop(uri, None)
+        if previous is not None and not previous.done():
+            previous.cancel()  # abandoned, not queued: a newer keystroke makes it worthless
+            self.figures.cancelled += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self.pending[uri] = task
+        try:
+            await asyncio.sleep(self.debounce.delay_s(explicit=explicit))
+            return await self._ask(uri, doc, offset, before, after)
+        finally:
+            if self.pending.get(uri) is task:
+                del self.pending[uri]
+
+    async def _ask(self, uri: str, doc: Document, offset: int, before: str, after: str) -> tuple[str, str] | None:
+        where = self.location(uri)
+        line, column = doc.wire_position(offset)
+        request_id = uuid.uuid4().hex
+        request = CompletionRequest(
+            repository=where.repository, path=where.path, text=doc.text, line=line, column=column,
+            language=language_from_editor(doc.language_id), max_tokens=self.options.max_tokens,
+            mode=self.options.mode,  # type: ignore[arg-type]
+            recent_edits=doc.edits or None, request_id=request_id, timeout_ms=self.options.timeout_ms,
+            scenario=self.options.scenario, features=self.options.features)
+        started = time.perf_counter()
+        self.figures.requests += 1
+        try:
+            reply = await self.appliance.request(
+                self.subject("complete"), request.model_dump_json(exclude_none=True).encode(),
+                timeout_s=self.options.timeout_ms / 1000 + 1,
+                cancel_id=request_id if self.options.abandon_upstream else None, cancel_subject=self.subject("cancel"))
+        except Unreachable:
+            return None
+        except TimeoutError:
+            log.warning("no answer within %d ms", self.options.timeout_ms)
+            return None
+        seconds = time.perf_counter() - started
+        self.debounce.answered(seconds)
+        self.figures.last_latency_ms = round(seconds * 1000, 1)
+        if "error" in reply:
+            error = reply["error"]
+            log.info("no suggestion: %s: %s", error.get("code"), error.get("message"))
+            if error.get("code") == "overloaded":
+                self.notify_status("ready", error.get("message", ""))
+            return None
+        completion = without_following_lines(str(reply.get("completion", "")), after)
+        self.notify_status("ready", f"{reply.get('model', '')}, {seconds * 1000:.0f} ms")
+        if not completion.strip():
+            return None
+        completion_id = str(reply.get("id") or request_id)
+        self.forward.remember(uri, Shown(completion_id, before, after, completion))
+        self._feedback(completion_id, "shown")
+        return completion_id, completion
+
+    def _feedback(self, completion_id: str, action: str, chars_kept: int | None = None) -> None:
+        event = Feedback(completion_id=completion_id, action=action, chars_kept=chars_kept)  # type: ignore[arg-type]
+        self.appliance.publish_soon(self.subject("feedback"), event.model_dump_json(exclude_none=True).encode())
+
+    def _dismiss_shown(self, uri: str) -> None:
+        """The suggestion on screen is superseded without being accepted."""
+        shown = self.forward.forget(uri)
+        if shown is not None:
+            self._feedback(shown.completion_id, "dismissed", 0)
+
+    def accepted(self, completion_id: str, chars: int | None) -> None:
+        for uri, shown in list(self.forward._shown.items()):
+            if shown.completion_id == completion_id:
+                self.forward.forget(uri)
+        self._feedback(completion_id, "accepted", chars)
+
+
+def build_server(settings: Settings) -> CtxpressServer:
+    server = CtxpressServer(settings)
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: CtxpressServer, params: types.InitializeParams) -> None:
+        ls.options, problem = LspOptions.from_editor(ls.settings, params.initialization_options)
+        problem = "; ".join(p for p in (problem, ls.load_credentials()) if p) or None
+        ls.debounce = AdaptiveDebounce(ls.options.debounce_ms)
+        # the encoding pygls negotiates (the client's first choice among UTF-8/16/32; UTF-16 by default)
+        chosen = ServerCapabilitiesBuilder.choose_position_encoding(params.capabilities)
+        ls.encoding = Encoding(chosen.value if isinstance(chosen, types.PositionEncodingKind) else str(chosen))
+        folders = [f.uri for f in params.workspace_folders or []] or ([params.root_uri] if params.root_uri else [])
+        ls.workspace_roots = [Path(unquote(urlparse(uri).path)) for uri in folders if uri.startswith("file:")]
+        if problem:
+            log.warning(problem)
+            ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
+                                                           message=f"ctxpress: {problem}"))
+
+    @server.feature(types.SHUTDOWN)
+    async def shutdown(ls: CtxpressServer, _params: None) -> None:
+        if ls._appliance is not None:
+            await ls._appliance.close()
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: CtxpressServer, params: types.DidOpenTextDocumentParams) -> None:
+        item = params.text_document
+        doc = Document(item.uri, item.text, item.version, item.language_id)
+        ls.documents[item.uri] = doc
+        ls.locations.pop(item.uri, None)
+        if (problem := ls.too_large(doc)) is not None:
+            log.warning("%s: %s: no suggestions in it", item.uri, problem)
+            return
+        where = ls.location(item.uri)
+        event = FileOpened(repository=where.repository, path=where.path, text=doc.text,
+                           language=language_from_editor(doc.language_id))
+        ls.appliance.publish_soon(ls.subject("file_opened"), event.model_dump_json(exclude_none=True).encode())
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: CtxpressServer, params: types.DidChangeTextDocumentParams) -> None:
+        doc = ls.documents.get(params.text_document.uri)
+        if doc is None:
+            log.warning("didChange for %s, which is not open", params.text_document.uri)
+            return
+        ls.debounce.keystroke()
+        for change in params.content_changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                r = change.range
+                try:
+                    doc.apply((r.start.line, r.start.character), (r.end.line, r.end.character), change.text,
+                              ls.encoding)
+                except PositionError as exc:
+                    # Out of step with the editor: a whole-text change will not come by itself, so
+                    # say so; completions keep using the last good copy.
+                    log.error("%s: change not applied (%s)", doc.uri, exc)
+                    ls.window_show_message(types.ShowMessageParams(
+                        type=types.MessageType.Error,
+                        message=f"ctxpress: lost track of {doc.uri} ({exc}); reopen it to resynchronise."))
+                    return
+            else:
+                doc.apply(None, None, change.text, ls.encoding)
+        doc.version = params.text_document.version
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: CtxpressServer, params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        ls.documents.pop(uri, None)
+        ls.locations.pop(uri, None)
+        ls._dismiss_shown(uri)
+        if (task := ls.pending.pop(uri, None)) is not None:
+            task.cancel()
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=True))
+    def did_save(ls: CtxpressServer, params: types.DidSaveTextDocumentParams) -> None:
+        doc = ls.documents.get(params.text_document.uri)
+        text = params.text if params.text is not None else (doc.text if doc else None)
+        if text is None:
+            return
+        where = ls.location(params.text_document.uri)
+        event = FileSaved(repository=where.repository, path=where.path, text=text, saved_at=time.time())
+        ls.appliance.publish_soon(ls.subject("file_saved"), event.model_dump_json(exclude_none=True).encode())
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION)
+    async def inline_completion(ls: CtxpressServer, params: types.InlineCompletionParams
+                                ) -> types.InlineCompletionList | None:
+        explicit = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        found = await ls.suggest(params.text_document.uri, params.position, explicit=explicit)
+        if found is None:
+            return types.InlineCompletionList(items=[])
+        completion_id, text = found
+        cursor = types.Range(start=params.position, end=params.position)
+        return types.InlineCompletionList(items=[types.InlineCompletionItem(
+            insert_text=text, range=cursor,
+            command=types.Command(title="ctxpress: accepted", command=ACCEPT_COMMAND,
+                                  arguments=[completion_id, len(text)]))])
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION)
+    async def completion(ls: CtxpressServer, params: types.CompletionParams) -> types.CompletionList:
+        """For editors without inline completion (Helix): the suggestion as one item."""
+        explicit = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+        found = await ls.suggest(params.text_document.uri, params.position, explicit=explicit)
+        if found is None:
+            return types.CompletionList(is_incomplete=True, items=[])
+        completion_id, text = found
+        first = text.split("\n", 1)[0].strip() or text.strip()
+        cursor = types.Range(start=params.position, end=params.position)
+        return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
+            label=first[:80], kind=types.CompletionItemKind.Snippet, detail="ctxpress",
+            documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=f"```\n{text}\n```"),
+            text_edit=types.TextEdit(range=cursor, new_text=text), filter_text="", sort_text="0",
+            insert_text_format=types.InsertTextFormat.PlainText,
+            command=types.Command(title="ctxpress: accepted", command=ACCEPT_COMMAND,
+                                  arguments=[completion_id, len(text)]))])
+
+    @server.command(ACCEPT_COMMAND)
+    def accept(ls: CtxpressServer, *args: Any) -> None:
+        values = list(args[0]) if len(args) == 1 and isinstance(args[0], list | tuple) else list(args)
+        if not values or not isinstance(values[0], str) or not values[0]:
+            raise JsonRpcInvalidParams(f"{ACCEPT_COMMAND} takes [completionId, charsKept?]")
+        chars = values[1] if len(values) > 1 and isinstance(values[1], int) and values[1] >= 0 else None
+        ls.accepted(values[0], chars)
+
+    return server
+
+
+def serve(settings: Settings) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    build_server(settings).start_io()
+    return 0

@@ -1,0 +1,125 @@
+"""``ctxpress users``: the developers of a team appliance, their repository grants and credentials files.
+
+Users and grants live in PostgreSQL. Adding or removing a user rewrites the NATS authorization block and reloads
+the embedded nats-server (no restart; a removed user's connections are closed). Grants are not NATS permissions:
+the workers read them with a 2-second cache, so a grant or revoke takes effect within that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ctxpress.settings import Settings
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _repositories(value: str) -> list[str]:
+    repositories = [r.strip() for r in value.split(",") if r.strip()]
+    if not repositories:
+        raise argparse.ArgumentTypeError("give at least one repository name")
+    too_long = [r for r in repositories if len(r) > 256]
+    if too_long:
+        raise argparse.ArgumentTypeError(f"repository names are at most 256 characters: {too_long[0][:40]}…")
+    return repositories
+
+
+def _emit(text: str, out: Path | None, what: str) -> None:
+    """A credentials file: to ``out`` (owner-only) or to stdout, for the admin to hand over."""
+    from ctxpress.team import write_private_file
+
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        write_private_file(out, text)
+        print(f"wrote {what} to {out} (mode 0600)", file=sys.stderr)
+
+
+def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
+    from sqlalchemy.exc import OperationalError
+
+    from ctxpress import team
+    from db import team as store
+    from db.migrations import migrate
+
+    url = settings.effective_database_url()
+    if not team.team_mode(settings) and args.action in ("add", "remove", "sync"):
+        print("note: team mode is off (set CTXPRESS_TEAM=true and restart with `ctxpress up`): until then the "
+              "appliance serves whoever reaches it on loopback, and these users are not asked to log in",
+              file=sys.stderr)
+    try:
+        migrate(url)  # the tables exist even before the first `ctxpress up` against this database
+        if args.action == "add":
+            name = team.validate_name(args.name)
+            if name in team.SERVICE_USERS:
+                return _fail(f"{name!r} is reserved for the appliance's own services", 2)
+            password = team.new_password()
+            store.add_user(url, name, team.bcrypt_hash(password, team.DEVELOPER_BCRYPT_ROUNDS), args.repos)
+            team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
+            credentials = team.NatsCredentials(args.url or team.public_nats_url(settings), name, password)
+            _emit(team.credentials_text(credentials), args.out, f"the credentials of {name}")
+            print(f"added {name} with {', '.join(args.repos)}; the editor reads the file through "
+                  "CTXPRESS_NATS_CREDENTIALS (the password is not stored anywhere else)", file=sys.stderr)
+        elif args.action == "grant":
+            store.grant(url, args.name, args.repos)
+            print(f"{args.name} may now use {', '.join(args.repos)}")
+        elif args.action == "revoke":
+            removed = store.revoke(url, args.name, args.repos)
+            print(f"revoked {removed} grant(s) of {args.name}; the workers stop serving them within 2 s")
+        elif args.action == "remove":
+            store.remove_user(url, args.name)
+            team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
+            print(f"removed {args.name} and their grants; their connections are closed")
+        elif args.action == "list":
+            rows = store.list_users(url)
+            if args.json:
+                print(json.dumps([{"name": r.name, "created_at": r.created_at.isoformat(),
+                                   "repositories": r.repositories} for r in rows], indent=2))
+            else:
+                for r in rows:
+                    print(f"  {r.name:<20} {', '.join(r.repositories) or '(no repositories)'}")
+                print(f"{len(rows)} user(s); service credentials in {team.team_dir(settings)}", file=sys.stderr)
+        elif args.action == "hooks":
+            hooks = team.ensure_service_credentials(settings)[team.HOOKS_USER]
+            _emit(team.credentials_text(hooks), args.out, "the hooks credentials")
+        elif args.action == "sync":
+            path = team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
+            print(f"wrote {path}")
+    except OperationalError as exc:
+        return _fail(f"database unavailable ({exc.orig or exc}); is `ctxpress up` running?")
+    except (store.UnknownUser, store.UserExists, ValueError) as exc:
+        return _fail(str(exc), 2)
+    except team.TeamConfigError as exc:
+        return _fail(str(exc))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    users = subparsers.add_parser("users", help="team mode: developers, their repositories and credentials files")
+    sub = users.add_subparsers(dest="action", required=True)
+
+    add = sub.add_parser("add", help="add a developer; prints the credentials file their editor reads")
+    add.add_argument("name")
+    add.add_argument("--repos", type=_repositories, required=True, help="repositories they may use: A,B")
+    add.add_argument("--out", type=Path, help="write the credentials file here (mode 0600) instead of stdout")
+    add.add_argument("--url", help="the NATS URL their machine connects to (default: this appliance's)")
+    for action, what in (("grant", "let them use more repositories"), ("revoke", "take repositories away")):
+        cmd = sub.add_parser(action, help=what)
+        cmd.add_argument("name")
+        cmd.add_argument("--repos", type=_repositories, required=True, help="A,B")
+    remove = sub.add_parser("remove", help="remove a developer (their connections are closed)")
+    remove.add_argument("name")
+    listing = sub.add_parser("list", help="developers and their repositories")
+    listing.add_argument("--json", action="store_true")
+    hooks = sub.add_parser("hooks", help="print the credentials file git hooks publish index events with")
+    hooks.add_argument("--out", type=Path)
+    sub.add_parser("sync", help="rewrite the NATS authorization block from PostgreSQL and reload NATS")
+    for cmd in sub.choices.values():
+        cmd.set_defaults(func=_cmd_users)

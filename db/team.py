@@ -1,0 +1,91 @@
+"""Team users and their repository grants (tables ``team_users``, ``team_grants``; see ctxpress/team.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import IntegrityError
+
+from db.session import engine_for
+
+
+class UnknownUser(LookupError):
+    pass
+
+
+class UserExists(ValueError):
+    pass
+
+
+@dataclass
+class UserRow:
+    name: str
+    created_at: datetime
+    repositories: list[str] = field(default_factory=list)
+
+
+def add_user(url: str, name: str, password_hash: str, repositories: Iterable[str]) -> None:
+    try:
+        with engine_for(url).begin() as conn:
+            conn.execute(text("INSERT INTO team_users (name, password_hash) VALUES (:n, :h)"),
+                         {"n": name, "h": password_hash})
+            _grant(conn, name, repositories)
+    except IntegrityError:
+        raise UserExists(f"user {name!r} exists already") from None
+
+
+def grant(url: str, name: str, repositories: Iterable[str]) -> None:
+    with engine_for(url).begin() as conn:
+        _require(conn, name)
+        _grant(conn, name, repositories)
+
+
+def revoke(url: str, name: str, repositories: Iterable[str]) -> int:
+    """Returns how many grants were removed."""
+    with engine_for(url).begin() as conn:
+        _require(conn, name)
+        result = conn.execute(text("DELETE FROM team_grants WHERE user_name = :n AND repository = ANY(:r)"),
+                              {"n": name, "r": list(repositories)})
+        return int(result.rowcount or 0)
+
+
+def remove_user(url: str, name: str) -> None:
+    with engine_for(url).begin() as conn:
+        if conn.execute(text("DELETE FROM team_users WHERE name = :n"), {"n": name}).rowcount == 0:
+            raise UnknownUser(f"no user {name!r}")
+
+
+def list_users(url: str) -> list[UserRow]:
+    with engine_for(url).connect() as conn:
+        rows = conn.execute(text(
+            "SELECT u.name, u.created_at, coalesce(array_agg(g.repository ORDER BY g.repository)"
+            " FILTER (WHERE g.repository IS NOT NULL), '{}')"
+            " FROM team_users u LEFT JOIN team_grants g ON g.user_name = u.name GROUP BY u.name ORDER BY u.name"))
+        return [UserRow(name, created, list(repos)) for name, created, repos in rows]
+
+
+def password_hashes(url: str) -> list[tuple[str, str]]:
+    with engine_for(url).connect() as conn:
+        return [(n, h) for n, h in conn.execute(text("SELECT name, password_hash FROM team_users ORDER BY name"))]
+
+
+def repositories_of(url: str, name: str) -> frozenset[str]:
+    """The repositories ``name`` may use; empty for an unknown (or removed) user."""
+    with engine_for(url).connect() as conn:
+        rows = conn.execute(text("SELECT repository FROM team_grants WHERE user_name = :n"), {"n": name})
+        return frozenset(r for (r,) in rows)
+
+
+def _require(conn: Connection, name: str) -> None:
+    found = conn.execute(text("SELECT 1 FROM team_users WHERE name = :n"), {"n": name}).first()
+    if found is None:
+        raise UnknownUser(f"no user {name!r}")
+
+
+def _grant(conn: Connection, name: str, repositories: Iterable[str]) -> None:
+    for repository in repositories:
+        conn.execute(text("INSERT INTO team_grants (user_name, repository) VALUES (:n, :r) ON CONFLICT DO NOTHING"),
+                     {"n": name, "r": repository})

@@ -1,0 +1,84 @@
+"""Abandoned requests on the real Triton server: a cancelled request is dropped from the engine's
+queue, or stopped at its next prompt chunk or decode step; one past its caller's deadline is not
+computed; the engine counts them and keeps serving.
+
+Prompts come from third-party code installed in the venv (never the standard library)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving.fim import STOP_WORDS, fim_prompt
+from serving.triton_client import TritonCompletionClient
+
+pytestmark = pytest.mark.services
+
+
+def _cold_prompt(offset: int) -> str:
+    import sqlalchemy.orm.session as module
+
+    assert module.__file__ is not None
+    lines = Path(module.__file__).read_text(encoding="utf-8").splitlines(keepends=True)
+    return fim_prompt("".join(lines[offset:offset + 80]) + "        return ", "\n")
+
+
+def _abandoned(status_path: Path) -> dict[str, Any]:
+    return json.loads(status_path.read_text()).get("abandoned", {}) if status_path.exists() else {}
+
+
+async def test_cancel_stops_a_running_prompt_and_drops_a_queued_one(appliance: Any) -> None:
+    client = TritonCompletionClient(appliance.settings.effective_triton_url())
+    status_path = appliance.settings.run_dir / "engine-status.json"
+    before = _abandoned(status_path)
+    try:
+        running = asyncio.create_task(client.complete(
+            _cold_prompt(1200), max_tokens=32, stop_words=STOP_WORDS, timeout_s=300, cache_key="cancel-running",
+            speculation="none", request_id="cancel-running"))
+        await asyncio.sleep(1.0)  # its prompt is being processed
+        queued = asyncio.create_task(client.complete(
+            _cold_prompt(1600), max_tokens=32, stop_words=STOP_WORDS, timeout_s=300, cache_key="cancel-queued",
+            speculation="none", request_id="cancel-queued"))
+        await asyncio.sleep(0.3)
+        assert await client.cancel("cancel-queued")
+        assert await client.cancel("cancel-running")
+        stopped, dropped = await asyncio.wait_for(asyncio.gather(running, queued), 120)
+        assert stopped.finish_reason == "cancelled" and dropped.finish_reason == "cancelled"
+        assert dropped.text == "" and dropped.figures.get("ctx_completion_tokens", 0) == 0
+        after = _abandoned(status_path)
+        assert after["queued"] == before.get("queued", 0) + 1
+        assert after["prompt"] + after["decode"] == before.get("prompt", 0) + before.get("decode", 0) + 1
+        # an unknown id is no error, and the engine still serves
+        assert not await client.cancel("never-sent")
+        ok = await client.complete(fim_prompt("def add(a, b):\n    return ", "\n"), max_tokens=4,
+                                   stop_words=STOP_WORDS, timeout_s=120, request_id="after-cancel")
+        assert ok.finish_reason in {"stop", "length"} and ok.text.strip()
+    finally:
+        await client.close()
+
+
+async def test_a_request_past_its_deadline_is_not_computed(appliance: Any) -> None:
+    client = TritonCompletionClient(appliance.settings.effective_triton_url())
+    status_path = appliance.settings.run_dir / "engine-status.json"
+    try:
+        blocker = asyncio.create_task(client.complete(
+            _cold_prompt(2000), max_tokens=8, stop_words=STOP_WORDS, timeout_s=300, cache_key="deadline-blocker",
+            speculation="none"))
+        await asyncio.sleep(0.5)
+        before = _abandoned(status_path)
+        with pytest.raises(Exception) as timed_out:  # the caller gives up after 0.5 s...
+            await client.complete(_cold_prompt(2400), max_tokens=8, stop_words=STOP_WORDS, timeout_s=0.5,
+                                  cache_key="deadline-late", request_id="deadline-late")
+        assert type(timed_out.value).__name__ == "InferenceTimeout"
+        await asyncio.wait_for(blocker, 300)
+        for _ in range(40):  # ...and the engine, which was busy, drops it instead of computing it
+            await asyncio.sleep(0.5)
+            if _abandoned(status_path).get("queued", 0) > before.get("queued", 0):
+                break
+        assert _abandoned(status_path)["queued"] == before.get("queued", 0) + 1
+    finally:
+        await client.close()

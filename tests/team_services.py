@@ -1,0 +1,59 @@
+"""Real services for the team-mode tests, lighter than the session appliance: an embedded PostgreSQL and the
+embedded nats-server started by ``NatsPart`` from the configuration team mode writes (no Triton, no model)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ctxpress import team
+from ctxpress.services import NatsPart
+from ctxpress.settings import Settings
+from db import team as store
+from db.embedded import EmbeddedPostgres
+from db.migrations import migrate
+from tests.conftest import free_ports
+
+
+@contextmanager
+def embedded_postgres(root: Path) -> Iterator[str]:
+    """A PostgreSQL of its own, migrated; yields its URL."""
+    (port,) = free_ports(1)
+    server = EmbeddedPostgres(root, "127.0.0.1", port)
+    server.start(timeout_s=120)
+    try:
+        url = server.url()
+        migrate(url)
+        yield url
+    finally:
+        server.stop()
+
+
+def team_settings(home: Path, database_url: str, **over: Any) -> Settings:
+    nats_port, monitor_port = free_ports(2)
+    values: dict[str, Any] = {"home": home, "team": True, "database_url": database_url, "nats_port": nats_port,
+                              "nats_monitor_port": monitor_port, "worker_metrics_port": 0, **over}
+    return Settings(**values)
+
+
+@contextmanager
+def team_nats(settings: Settings) -> Iterator[NatsPart]:
+    """The embedded NATS as `ctxpress up` starts it in team mode (credentials, authorization block, auth check)."""
+    team.prepare_up(settings)
+    part = NatsPart(settings)
+    part.start(30)
+    try:
+        team.after_part_started(settings, "nats")
+        yield part
+    finally:
+        part.stop()
+
+
+def add_developer(settings: Settings, name: str, repositories: list[str]) -> team.NatsCredentials:
+    """What `ctxpress users add` does, in-process."""
+    password = team.new_password()
+    store.add_user(settings.effective_database_url(), name, team.bcrypt_hash(password, 4), repositories)
+    team.sync_authorization(settings, lambda line: None)
+    return team.NatsCredentials(settings.effective_nats_url(), name, password)

@@ -1,0 +1,73 @@
+"""Team mode's check in the workers: may this user use this repository?
+
+The user is never taken from a payload: it is the ``<user>`` of ``ctxpress.v1.u.<user>.<kind>``, a subject NATS
+lets only that user publish on (ctxpress/team.py). Grants are read from PostgreSQL and kept at most ``ttl_s``
+(2 s), so ``ctxpress users revoke`` takes effect within that without restarting a worker, and a burst of
+keystrokes costs one query per user every two seconds, not one per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from db.team import repositories_of
+
+GRANTS_TTL_S = 2.0
+
+
+class Forbidden(Exception):
+    """The request names a repository its user has no grant for (or came without a user in team mode)."""
+
+
+class GrantsUnavailable(Exception):
+    """The grants could not be read (database down): the request is refused, never served unchecked."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asked, and what of the index their request may read."""
+
+    user: str | None  # None: the single-user appliance (nobody else can reach it)
+    repositories: tuple[str, ...]  # the user's grants ∩ the requested repository: retrieval's scope
+
+    def file_key(self, digest: str) -> str:
+        """The worker's file store key: a content hash one user sent is no way for another to read the text."""
+        return digest if self.user is None else f"{self.user}/{digest}"
+
+
+class Grants:
+    def __init__(self, database_url: str, ttl_s: float = GRANTS_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.database_url = database_url
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._cache: dict[str, tuple[float, frozenset[str]]] = {}
+
+    async def repositories(self, user: str) -> frozenset[str]:
+        now = self.clock()
+        cached = self._cache.get(user)
+        if cached is not None and now - cached[0] < self.ttl_s:
+            return cached[1]
+        loop = asyncio.get_running_loop()
+        try:
+            repositories = await loop.run_in_executor(None, repositories_of, self.database_url, user)
+        except SQLAlchemyError as exc:
+            raise GrantsUnavailable(f"the grants of {user!r} cannot be read now: "
+                                    f"{str(exc).splitlines()[0]}") from None
+        self._cache[user] = (now, repositories)
+        return repositories
+
+    async def authorize(self, user: str | None, repository: str) -> Caller:
+        """The caller for a request on ``repository``, or ``Forbidden``."""
+        if user is None:
+            raise Forbidden("team mode: requests are served on ctxpress.v1.u.<user>.* only, with your own "
+                            "NATS credentials")
+        scope = await self.repositories(user) & {repository}
+        if not scope:
+            raise Forbidden(f"user {user!r} has no grant for repository {repository!r}")
+        return Caller(user, tuple(sorted(scope)))
