@@ -185,19 +185,26 @@ class TypingStep:
     typed: int  # characters of the body typed so far
 
 
-def typing_plan(path: Path, cfg: BenchConfig) -> tuple[str, int, list[TypingStep]]:
-    """A function body of ``path`` removed and typed back: the text the IDE opens (body removed),
-    the line the typist starts on, and the pauses at which a completion is asked for."""
+def typed_body(path: Path, cfg: BenchConfig) -> tuple[str, int, int, list[int]]:
+    """The function body of ``path`` a typing replay types back: the file's text, the body's start and
+    end offsets, and the offsets in the body where the typist pauses and a completion is asked for."""
     text = path.read_text(encoding="utf-8")
     span = pick_function(text)
     if span is None:
         raise ValueError(f"{path}: no function of 6-30 lines to type")
     start, end = span
-    body = text[start:end]
-    pauses = typing_pauses(body, cfg.typing_cps, cfg.debounce_ms, cfg.seed)
+    pauses = typing_pauses(text[start:end], cfg.typing_cps, cfg.debounce_ms, cfg.seed)
     step = max(1, len(pauses) // cfg.typing_pauses)
+    return text, start, end, pauses[::step][: cfg.typing_pauses]
+
+
+def typing_plan(path: Path, cfg: BenchConfig) -> tuple[str, int, list[TypingStep]]:
+    """A function body of ``path`` removed and typed back: the text the IDE opens (body removed),
+    the line the typist starts on, and the pauses at which a completion is asked for."""
+    text, start, end, pauses = typed_body(path, cfg)
+    body = text[start:end]
     steps = []
-    for offset in pauses[::step][: cfg.typing_pauses]:
+    for offset in pauses:
         current = text[:start] + body[:offset] + text[end:]
         line = current.count("\n", 0, start + offset)
         column = start + offset - (current.rfind("\n", 0, start + offset) + 1)

@@ -144,7 +144,12 @@ async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,
     """The typing replay through `ctxpress lsp` (and, with ``fast_typist``, the superseding typist
     with and without abandoning superseded requests in the appliance)."""
     from ctxpress.evaluation.bench import summarise, third_party_root
-    from ctxpress.evaluation.editor_replay import forward_cache_share, supersede, typing_via_lsp
+    from ctxpress.evaluation.editor_replay import (
+        FAST_TYPIST_KEYSTROKES,
+        forward_cache_share,
+        supersede,
+        typing_via_lsp,
+    )
     from ctxpress.evaluation.progress import Progress
 
     path = typing_file or third_party_root() / "engine" / "result.py"
@@ -154,7 +159,7 @@ async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,
     if fast_typist:
         status_file = settings.run_dir / "engine-status.json"
         for abandon in (False, True):
-            progress = Progress(12 * cfg.typing_pauses, f"fast typist ({'abandoning' if abandon else 'keeping'})")
+            progress = Progress(FAST_TYPIST_KEYSTROKES, f"fast typist ({'abandoning' if abandon else 'keeping'})")
             out[f"fast_typist_{'abandon' if abandon else 'keep'}"] = await supersede(
                 path, cfg, env, status_file, settings.effective_database_url(), progress, abandon=abandon)
     return out

@@ -23,10 +23,13 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 
-from ctxpress.evaluation.bench import BenchConfig, Sample, pick_function, suggestion_matches, typing_pauses
+from ctxpress.evaluation.bench import BenchConfig, Sample, suggestion_matches, typed_body
 from ctxpress.evaluation.progress import Progress
 
 FORWARD_CACHE_MS = 5.0
+FAST_TYPIST_KEYSTROKES = 60
+QUIET_S = 3.0  # after the last answer, for the engine's status file
+DRAIN_S = 600.0  # the longest wait for a session's requests to be answered
 
 
 @dataclass
@@ -39,15 +42,8 @@ class Keystrokes:
 
 def keystroke_plan(path: Path, cfg: BenchConfig) -> Keystrokes:
     """The same function body and pauses as ``bench.typing_plan``."""
-    text = path.read_text(encoding="utf-8")
-    span = pick_function(text)
-    if span is None:
-        raise ValueError(f"{path}: no function of 6-30 lines to type")
-    start, end = span
-    body = text[start:end]
-    pauses = typing_pauses(body, cfg.typing_cps, cfg.debounce_ms, cfg.seed)
-    step = max(1, len(pauses) // cfg.typing_pauses)
-    return Keystrokes(text[:start] + text[end:], start, body, pauses[::step][: cfg.typing_pauses])
+    text, start, end, pauses = typed_body(path, cfg)
+    return Keystrokes(text[:start] + text[end:], start, text[start:end], pauses)
 
 
 def _utf16(text: str) -> int:
@@ -120,8 +116,10 @@ async def typing_via_lsp(path: Path, cfg: BenchConfig, env: dict[str, str], prog
     """The typing replay's pauses, with every keystroke in between sent as an editor sends it."""
     plan = await asyncio.to_thread(keystroke_plan, path, cfg)
     samples: list[Sample] = []
+    # debounce fixed at 1 ms: the replay's pauses are known, and what is compared with the NATS replay is
+    # the editor path itself (the adaptive debounce would add ~1.5 keystroke intervals to each request)
     options = {"maxTokens": cfg.max_tokens, "mode": "optimized", "scenario": "bench-typing-lsp",
-               "features": cfg.features}
+               "features": cfg.features, "debounceMs": 1}
     async with EditorSession(env, {k: v for k, v in options.items() if v is not None}) as editor:
         editor.open(path, plan.opened)
         shown_id = ""
@@ -170,7 +168,7 @@ async def supersede(path: Path, cfg: BenchConfig, env: dict[str, str], status_fi
     before = _engine_ms(status_file)
     delivered: list[str] = []
     asked = 0
-    chars = plan.body[: min(len(plan.body), 12 * cfg.typing_pauses)]
+    chars = plan.body[:FAST_TYPIST_KEYSTROKES]
     async with EditorSession(env, {"maxTokens": cfg.max_tokens, "scenario": label, "debounceMs": 1,
                                    "abandonUpstream": abandon}) as editor:
         editor.open(path, plan.opened)
@@ -188,17 +186,21 @@ async def supersede(path: Path, cfg: BenchConfig, env: dict[str, str], status_fi
                 continue
             if completion_id:
                 delivered.append(completion_id)
-    # the engine finishes what it still runs for nobody (without abandoning): wait until it is idle
-    idle_since, last = time.monotonic(), _engine_ms(status_file)
-    while time.monotonic() - idle_since < 5:
-        await asyncio.sleep(1)
-        now = _engine_ms(status_file)
-        if now != last:
-            idle_since, last = time.monotonic(), now
-    total_ms = last - before
-    with engine_for(database_url).connect() as conn:
-        rows = conn.execute(sql("SELECT request_id, prompt_ms, decode_ms FROM completion_events "
-                                "WHERE scenario = :s AND outcome <> 'error'"), {"s": label}).all()
+    # the appliance finishes what it still runs for nobody (without abandoning): every request has its
+    # telemetry row once the worker has answered it (a completion, or cancelled, overloaded, timed out)
+    give_up = time.monotonic() + DRAIN_S
+    rows: list[Any] = []
+    while time.monotonic() < give_up:
+        with engine_for(database_url).connect() as conn:
+            rows = conn.execute(sql("SELECT request_id, outcome, prompt_ms, decode_ms FROM completion_events "
+                                    "WHERE scenario = :s"), {"s": label}).all()
+        if len(rows) >= asked:
+            break
+        progress.note(f"waiting for the appliance: {len(rows)} of {asked} requests answered")
+        await asyncio.sleep(2)
+    await asyncio.sleep(QUIET_S)  # the engine's status is written as each request ends
+    total_ms = _engine_ms(status_file) - before
+    rows = [r for r in rows if r.outcome != "error"]
     shown_ms = sum((r.prompt_ms or 0) + (r.decode_ms or 0) for r in rows if r.request_id in set(delivered))
     return {"keystrokes": asked, "answers_shown": len(delivered), "engine_ms": round(total_ms),
             "engine_ms_on_shown": round(shown_ms),

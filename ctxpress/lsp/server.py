@@ -392,5 +392,8 @@ def build_server(settings: Settings) -> CtxpressServer:
 
 def serve(settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # pygls logs every message at INFO (each keystroke's whole change): the editor's log, and the time
+    # to write it, would be spent on that
+    logging.getLogger("pygls").setLevel(logging.WARNING)
     build_server(settings).start_io()
     return 0
