@@ -277,7 +277,6 @@ class CompletionModel:
             except Exception as exc:  # the engine reports a bad prompt itself; admitted in arrival order
                 log.debug("no cost estimate: %s", exc)
         ticket: list[Ticket] = []  # set once queued (the engine may start before _submit returns)
-        item: GenerationChunk | BaseException | None = GenerationChunk(text="", figures=GenerationFigures())
 
         def give_way() -> bool:
             # an abandoned request stops at its next chunk too, keeping the KV it has processed
@@ -331,6 +330,7 @@ class CompletionModel:
             self.engine.live_waiting += 1
         ticket.append(self._submit(produce, warm=not live, cost_s=cost_s))
         pieces: list[str] = []
+        finished = False
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, BaseException):
@@ -342,10 +342,11 @@ class CompletionModel:
                     yield [_response(item.text, item.figures)]
                 else:
                     pieces.append(item.text)
+            finished = True
         finally:
             # Also when the stream is closed under us (the client went away): the engine drops
             # or stops the request instead of finishing it for nobody.
-            self.abandoned.forget(watch, cancel=item is not None)
+            self.abandoned.forget(watch, cancel=not finished)
 
     def _write_status(self) -> None:
         """`ctxpress status` reads the engine's state (pool, speculation, degradations) from here."""

@@ -199,6 +199,8 @@ class CompletionService:
         finally:
             if request is not None and request.request_id and self._inflight.get((user, request.request_id)) is task:
                 del self._inflight[(user, request.request_id)]
+                # a cancel that arrived as the request was finishing is not left behind
+                self._cancelled_by_caller.pop((user, request.request_id), None)
         self._observe_error(request, request_id, body, received_at, user)
         return ErrorResponse(error=body).model_dump_json().encode()
 

@@ -108,18 +108,15 @@ class Appliance:
         except NoRespondersError:
             self._state(False, f"no completion worker answers on {subject}")
             raise Unreachable(f"no completion worker answers on {subject}") from None
-        except NatsTimeout:
+        except (NatsTimeout, asyncio.CancelledError):
             if cancel_id:
-                self._publish_later(cancel_subject, CancelRequest(request_id=cancel_id).model_dump_json().encode())
-            raise
-        except asyncio.CancelledError:
-            if cancel_id:
-                self._publish_later(cancel_subject, CancelRequest(request_id=cancel_id).model_dump_json().encode())
+                self.publish_soon(cancel_subject, CancelRequest(request_id=cancel_id).model_dump_json().encode())
             raise
         self._state(True, f"connected to {self.url}")
         return json.loads(reply.data)
 
-    def _publish_later(self, subject: str, payload: bytes) -> None:
+    def publish_soon(self, subject: str, payload: bytes) -> None:
+        """``publish`` without waiting for it."""
         task = asyncio.get_running_loop().create_task(self.publish(subject, payload))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -133,9 +130,6 @@ class Appliance:
         except Exception as exc:
             log.info("not sent on %s: %s", subject, exc)
             return False
-
-    def publish_soon(self, subject: str, payload: bytes) -> None:
-        self._publish_later(subject, payload)
 
     async def close(self) -> None:
         self._closing = True

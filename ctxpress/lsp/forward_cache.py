@@ -37,8 +37,10 @@ class ForwardCache:
     def forget(self, uri: str) -> Shown | None:
         return self._shown.pop(uri, None)
 
-    def current(self, uri: str) -> Shown | None:
-        return self._shown.get(uri)
+    def forget_completion(self, completion_id: str) -> None:
+        """The suggestion was accepted: it is no longer on screen anywhere."""
+        for uri in [u for u, shown in self._shown.items() if shown.completion_id == completion_id]:
+            del self._shown[uri]
 
     def lookup(self, uri: str, before: str, after: str) -> Hit | None:
         shown = self._shown.get(uri)

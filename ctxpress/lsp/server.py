@@ -93,7 +93,6 @@ class LspOptions(BaseModel):
 class Figures:
     requests: int = 0
     cache_hits: int = 0
-    cancelled: int = 0
     last_latency_ms: float | None = None
 
 
@@ -198,7 +197,6 @@ class CtxpressServer(LanguageServer):
         previous = self.pending.pop(uri, None)
         if previous is not None and not previous.done():
             previous.cancel()  # abandoned, not queued: a newer keystroke makes it worthless
-            self.figures.cancelled += 1
         task = asyncio.current_task()
         if task is not None:
             self.pending[uri] = task
@@ -260,9 +258,7 @@ class CtxpressServer(LanguageServer):
             self._feedback(shown.completion_id, "dismissed", 0)
 
     def accepted(self, completion_id: str, chars: int | None) -> None:
-        for uri, shown in list(self.forward._shown.items()):
-            if shown.completion_id == completion_id:
-                self.forward.forget(uri)
+        self.forward.forget_completion(completion_id)
         self._feedback(completion_id, "accepted", chars)
 
 
