@@ -114,8 +114,9 @@ class Document:
             raise PositionError(f"change range ends before it starts ({start} > {end})")
         first = start[0]
         removed = self.text.count("\n", a, b) + self.text.count("\r", a, b) - self.text.count("\r\n", a, b)
+        starts = self.line_starts()
         self.text = self.text[:a] + new_text + self.text[b:]
-        self._starts = None
+        self._starts = _shifted_starts(self.text, starts, first, b, len(new_text) - (b - a))
         added = len(_LINE_END.findall(new_text))
         self._record_edit(first, first + added, added - removed)
 
@@ -132,3 +133,16 @@ class Document:
             a, b = moved.pop(0)
             first, last = min(a, first), max(b, last)
         self.edits = [(first, last), *[r for r in moved if r != (first, last)]][:self.MAX_EDITS]
+
+
+def _shifted_starts(text: str, starts: list[int], first: int, end: int, delta: int) -> list[int]:
+    """The line starts of ``text`` after a change from line ``first`` up to old offset ``end``, which
+    grew the text by ``delta``: only the lines around the change are scanned again (a keystroke
+    costs a few lines, not the whole file). The scan starts a line early and ends past the change
+    by one character, so a ``\r`` and a ``\n`` brought together or apart by it are seen."""
+    keep = max(first - 1, 0)
+    tail = bisect.bisect_right(starts, end + 1)
+    stop = starts[tail] + delta if tail < len(starts) else len(text)
+    scanned = [m.end() for m in _LINE_END.finditer(text, starts[keep], stop)]
+    return [*starts[:keep + 1], *(e for e in scanned if e < stop or tail == len(starts)),
+            *(s + delta for s in starts[tail:])]

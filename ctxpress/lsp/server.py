@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pygls.capabilities import ServerCapabilitiesBuilder
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 
 from ctxpress.languages import language_from_editor
 from ctxpress.lsp.appliance import Appliance, Unreachable
@@ -50,6 +54,7 @@ log = logging.getLogger("ctxpress.lsp")
 ACCEPT_COMMAND = "ctxpress.accept"
 STATUS_NOTIFICATION = "ctxpress/status"
 VERSION = "0.1.0"
+HEADER_LIMIT_BYTES = 64 * 1024
 
 
 class LspOptions(BaseModel):
@@ -96,9 +101,30 @@ class Figures:
     last_latency_ms: float | None = None
 
 
+class OwnDocumentsProtocol(LanguageServerProtocol):
+    """pygls keeps a copy of every open document in its workspace, splitting the whole text into
+    lines at each change; this server keeps its own (``Document``) and never reads pygls' copy, so
+    open, change and close go straight to the handlers below."""
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Any:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Any:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Any:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            yield handler, (params,), None
+
+
 class CtxpressServer(LanguageServer):
     def __init__(self, settings: Settings) -> None:
-        super().__init__("ctxpress", VERSION)
+        super().__init__("ctxpress", VERSION, protocol_cls=OwnDocumentsProtocol)
         self.settings = settings
         self.options, _ = LspOptions.from_editor(settings, None)
         self.encoding = Encoding.UTF16
@@ -171,8 +197,10 @@ class CtxpressServer(LanguageServer):
         return self.locations[uri]
 
     def too_large(self, doc: Document) -> str | None:
-        size = len(doc.text.encode("utf-8", errors="surrogatepass"))
         limit = self.settings.max_request_bytes - 64 * 1024  # room for the request's other fields
+        if len(doc.text) * 4 <= limit:  # no character takes more than 4 bytes: no need to encode
+            return None
+        size = len(doc.text.encode("utf-8", errors="surrogatepass"))
         if size > limit:
             return f"the document is {size:,} bytes; the appliance takes documents up to {limit:,}"
         return None
@@ -391,5 +419,54 @@ def serve(settings: Settings) -> int:
     # pygls logs every message at INFO (each keystroke's whole change): the editor's log, and the time
     # to write it, would be spent on that
     logging.getLogger("pygls").setLevel(logging.WARNING)
-    build_server(settings).start_io()
+    server = build_server(settings)
+    try:
+        asyncio.run(_serve_pipes(server))
+    except _NotAPipe:
+        # stdin is a regular file (``ctxpress lsp < messages``): pygls' own reader, a thread per read
+        server.start_io()
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+    finally:
+        server.shutdown()
     return 0
+
+
+class _NotAPipe(Exception):
+    pass
+
+
+class _PipeReader:
+    """stdin read by the event loop itself. pygls reads it with a thread hop per header line and body
+    (four per message), each a wake-up of the loop: a keystroke's two messages cost milliseconds of
+    waiting for threads before any work starts."""
+
+    def __init__(self, stream: asyncio.StreamReader) -> None:
+        self._stream = stream
+
+    async def readline(self) -> bytes:
+        try:
+            return await self._stream.readline()
+        except ValueError:  # a "header" line longer than the limit: not a header, dropped
+            return b"X-Ignored: line too long\r\n"
+
+    async def readexactly(self, n: int) -> bytes:
+        try:
+            return await self._stream.readexactly(n)
+        except asyncio.IncompleteReadError:
+            return b""  # the editor went away mid-message
+
+
+async def _serve_pipes(server: CtxpressServer) -> None:
+    from pygls.io_ import StdoutWriter, run_async
+
+    loop = asyncio.get_running_loop()
+    stream = asyncio.StreamReader(limit=HEADER_LIMIT_BYTES, loop=loop)
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream, loop=loop), sys.stdin.buffer)
+    except (ValueError, OSError) as exc:
+        raise _NotAPipe(str(exc)) from None
+    server._stop_event = threading.Event()  # what pygls' shutdown and exit handlers set
+    server.protocol.set_writer(StdoutWriter(sys.stdout.buffer))
+    await run_async(stop_event=server._stop_event, reader=_PipeReader(stream), protocol=server.protocol,
+                    logger=logging.getLogger("pygls.io"), error_handler=server.report_server_error)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxpress.lsp.documents import Document, Encoding, PositionError, column_from_units, units_from_column
 
@@ -61,3 +63,18 @@ def test_recent_edits_follow_the_lines() -> None:
     doc.apply((0, 0), (2, 0), "", Encoding.UTF16)  # two lines removed above both; next to (1, 3): merged
     assert doc.edits == [(0, 3), (15, 15)]
     assert all(0 <= a <= b < doc.line_count() for a, b in doc.edits)
+
+
+_LINE_PIECES = st.sampled_from(["a", "é", "🙂", "\n", "\r", "\r\n", "xy"])
+
+
+@given(st.lists(_LINE_PIECES, max_size=30).map("".join),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.lists(_LINE_PIECES, max_size=4).map("".join)),
+                max_size=12))
+def test_line_starts_kept_through_edits_match_a_fresh_count(text: str, edits: list[tuple[int, int, str]]) -> None:
+    doc = Document("file:///t.py", text)
+    for a, b, new in edits:
+        a, b = sorted((min(a, len(doc.text)), min(b, len(doc.text))))
+        start, end = doc.position_at(a, Encoding.UTF32), doc.position_at(b, Encoding.UTF32)
+        doc.apply(start, end, new, Encoding.UTF32)
+        assert doc.line_starts() == Document("file:///t.py", doc.text).line_starts()
