@@ -50,6 +50,8 @@ FIGURES = [
     Tensor("ctx_draft_tokens_proposed", "TYPE_INT32", (1,)),
     Tensor("ctx_draft_tokens_accepted", "TYPE_INT32", (1,)),
     Tensor("ctx_kv_bytes", "TYPE_INT32", (1,)),
+    Tensor("ctx_restored_tokens", "TYPE_INT32", (1,)),
+    Tensor("ctx_restore_ms", "TYPE_INT32", (1,)),
     Tensor("ctx_finish_reason", "TYPE_STRING", (1,)),
 ]
 ENSEMBLE_OUTPUTS = [Tensor("text_output", "TYPE_STRING", (-1,)), *FIGURES]

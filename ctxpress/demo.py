@@ -113,8 +113,10 @@ async def run_demo(nats_url: str, repository: str, relative: str, text: str, cur
                 where = f"{ctx['strategy']}: {len(ctx['blocks'])} blocks ({kinds})"
             if ctx.get("degraded"):
                 where += f"; fell back: {ctx['degraded']}"
+            restored = (f" ({ctx['restored_tokens']} read back from disk in {ctx.get('restore_ms') or 0:.0f} ms)"
+                        if ctx.get("restored_tokens") else "")
             report(f"     context:    {ctx['context_tokens']} of {ctx['file_tokens']} file tokens sent ({where}), "
-                   f"prompt {ctx['prompt_tokens']} tokens, {ctx['cached_tokens']} from cache\n")
+                   f"prompt {ctx['prompt_tokens']} tokens, {ctx['cached_tokens']} from cache{restored}\n")
             results.append({**reply, "wall_ms": wall_ms, "exact": match == "exact"})
     if results:
         walls = [r["wall_ms"] for r in results]

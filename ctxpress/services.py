@@ -115,8 +115,13 @@ def engine_summary(path: Path) -> str:
     spec = ", ".join(f"{k} {v}" for k, v in sorted(s.get("speculation", {}).items())) or "none yet"
     admission = s.get("admission", {})
     order = "latency-first" if admission.get("latency_first") else "arrival order"
+    disk = s.get("disk")
+    on_disk = (f"on disk {disk.get('files', 0)} files ({disk.get('bytes', 0) / 2**20:,.0f} of "
+               f"{disk.get('budget_bytes', 0) / 2**20:,.0f} MiB), {disk.get('restored', 0)} restored "
+               f"({disk.get('restored_tokens', 0):,} tokens), {disk.get('dropped', 0)} dropped; "
+               if disk else "no disk tier; ")
     return (f"engine: KV {s.get('kv_type')}, pool {len(s.get('kv_slots', []))} files, "
-            f"{hit:.0%} of prompt tokens reused, {pool.get('evictions', 0)} evictions; "
+            f"{hit:.0%} of prompt tokens reused, {pool.get('evictions', 0)} evictions; {on_disk}"
             f"speculation: {spec}; draft model: {draft}; admission: {order}, "
             f"{s.get('gave_way', 0)} prompts gave way to requests due earlier")
 

@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     kv_cache_type: str = "f16"
     # Files whose KV the engine keeps at once (each up to n_ctx cells): the pool's memory budget.
     kv_pool_slots: int = 4
+    # Disk budget of the pool's second tier: evicted files' KV (and every file's at shutdown) kept in
+    # <home>/kv and read back instead of processed again; 0 turns the tier off.
+    kv_disk_budget_mb: int = Field(default=2048, ge=0)
     # Default speculative decoding: "auto" (a policy over measured figures), "none", "ngram", "draft".
     speculation: str = "auto"
     # Latency-first admission to the engine (5 ms window, urgent first, earliest deadline first, a prompt

@@ -134,6 +134,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE completion_feedback ADD COLUMN user_name text",
         ),
     ),
+    Migration(
+        5,
+        "prompt tokens read back from the engine's disk KV tier, and the time it took",
+        (
+            "ALTER TABLE completion_events ADD COLUMN restored_tokens integer",
+            "ALTER TABLE completion_events ADD COLUMN restore_ms real",
+        ),
+    ),
 )
 
 

@@ -32,12 +32,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from serving.kv_disk import KVDiskTier
 from serving.kv_pool import KVPool, common_prefix
 from serving.speculation import Ema, SpeculationChoice, SpeculationPolicy, ngram_proposal
 
@@ -62,6 +64,10 @@ YIELD_CHUNK = 128
 # requests never overlap, keeps the wide chunks.
 CONTENDED_YIELD_CHUNK = 32
 CONTENDED_WINDOW_S = 10.0
+# A file's KV goes to disk, and comes back from it, only when it saves this many prompt tokens; at
+# most this many evicted files wait for the writer (beyond, an eviction is not kept).
+DISK_MIN_TOKENS = 64
+DISK_MAX_PENDING = 2
 # Priors of the measured rates a request's expected service time is estimated from.
 PRIOR_PROMPT_MS_PER_TOKEN = 16.0
 
@@ -93,6 +99,8 @@ class GenerationFigures:
     kv_bytes: int = 0
     evicted: int = 0
     gave_way: int = 0  # times its prompt processing stepped aside for a request due earlier
+    restored_tokens: int = 0  # of cached_tokens, read back from the disk tier
+    restore_ms: float = 0.0
     token_ids: list[int] = field(default_factory=list)  # the completion's tokens (for verification)
 
 
@@ -114,6 +122,8 @@ class EngineConfig:
     draft_model_path: Path | None = None
     draft_n_ctx: int = 4096
     speculation: str = "auto"  # default per request: "auto" | "none" | "ngram" | "draft"
+    kv_disk_dir: Path | None = None  # the pool's disk tier (None: off)
+    kv_disk_budget_bytes: int = 0
 
 
 class _Runner:
@@ -205,6 +215,23 @@ class _Runner:
         """Bytes of the sequence's state (its KV cells): the KV memory of one file's context."""
         return int(self._C.llama_state_seq_get_size(self.ctx.ctx, seq))
 
+    def seq_state(self, seq: int) -> bytes:
+        """A copy of the sequence's state (what ``set_seq_state`` puts back)."""
+        size = self.seq_bytes(seq)
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(self._C.llama_state_seq_get_data(self.ctx.ctx, buffer, size, seq))
+        return ctypes.string_at(buffer, written)
+
+    def set_seq_state(self, seq: int, state: bytes) -> bool:
+        """Replace the sequence's KV with a saved state; False when llama.cpp refuses it (the
+        sequence is then empty)."""
+        self.remove(seq, 0)
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if int(self._C.llama_state_seq_set_data(self.ctx.ctx, buffer, len(state), seq)) == 0:
+            self.remove(seq, 0)
+            return False
+        return True
+
 
 class _DraftModel:
     """A smaller model proposing k greedy tokens; keeps the KV of the last history it saw."""
@@ -261,6 +288,12 @@ class LlamaEngine:
         self.target = _Runner(config.model_path, n_ctx=config.n_ctx, n_slots=config.n_slots, n_threads=threads,
                               n_batch=config.n_batch, kv_type=config.kv_type)
         self.pool = KVPool(config.n_slots, config.n_ctx)
+        self.disk: KVDiskTier | None = None
+        if config.kv_disk_dir is not None and config.kv_disk_budget_bytes > 0:
+            self.disk = KVDiskTier(config.kv_disk_dir, config.kv_disk_budget_bytes, self._kv_fingerprint())
+        # one writer: an evicted file's KV is copied out on the engine thread, written beside it
+        self._disk_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kv-disk")
+        self._disk_write_slots = threading.BoundedSemaphore(DISK_MAX_PENDING)
         self.stats = EngineStats()
         self.prompt_ms_per_token = Ema(PRIOR_PROMPT_MS_PER_TOKEN)
         self._contended_at = -math.inf  # when a live request last waited while another ran
@@ -275,6 +308,72 @@ class LlamaEngine:
             except Exception as exc:  # a draft model is optional: degrade to n-gram/no speculation
                 self._disable_draft(f"draft model failed to load: {exc}")
         self.policy = SpeculationPolicy(draft_available=self.draft is not None)
+
+    def _kv_fingerprint(self) -> str:
+        """What a saved KV state is valid for: this model file, KV cell type and llama.cpp build."""
+        import llama_cpp
+
+        path = self.config.model_path
+        return f"{path.name}:{path.stat().st_size}:{self.config.kv_type}:{llama_cpp.__version__}"
+
+    def _keep_on_disk(self, key: str, tokens: list[int], seq: int) -> None:
+        """Copy the sequence's KV now (before it is trimmed) and write it on the writer thread."""
+        if self.disk is None or key.startswith("<") or len(tokens) < DISK_MIN_TOKENS:
+            return
+        if not self._disk_write_slots.acquire(blocking=False):
+            log.info("KV of %s not kept on disk: %d writes pending already", key, DISK_MAX_PENDING)
+            return
+        state = self.target.seq_state(seq)
+        disk = self.disk
+
+        def write() -> None:
+            try:
+                disk.save(key, tokens, state)
+            finally:
+                self._disk_write_slots.release()
+
+        self._disk_writer.submit(write)
+
+    def _restore_from_disk(self, key: str | None, tokens: list[int], slot: Any, reused: int,
+                           figures: GenerationFigures) -> int:
+        """Read the file's KV back from disk when it gives more of the prompt than the slot
+        holds now; returns the prompt tokens the slot gives back."""
+        if self.disk is None or key is None or key.startswith("<"):
+            return reused
+        stored_tokens = self.disk.tokens_of(key)
+        if stored_tokens is None or KVPool.reusable(stored_tokens, tokens) < reused + DISK_MIN_TOKENS:
+            return reused
+        started = time.perf_counter()
+        stored = self.disk.load(key)
+        if stored is None:
+            return reused
+        if not self.target.set_seq_state(slot.seq_id, stored.blob):
+            self.disk.discard(key, "llama.cpp did not accept the saved state")
+            slot.tokens = []
+            return 0
+        slot.tokens = list(stored.tokens)
+        gained = KVPool.reusable(stored.tokens, tokens)
+        figures.restored_tokens = gained
+        figures.restore_ms = (time.perf_counter() - started) * 1000
+        self.disk.restored(gained)
+        return gained
+
+    def disk_writes_done(self) -> None:
+        """Wait until the evicted files queued for the disk tier are written."""
+        self._disk_writer.submit(lambda: None).result()
+
+    def save_pool(self) -> int:
+        """Keep every file's KV on disk (at shutdown); returns the files written."""
+        if self.disk is None:
+            return 0
+        written = 0
+        with self._lock:
+            for slot in self.pool.slots:
+                if slot.key and not slot.key.startswith("<") and len(slot.tokens) >= DISK_MIN_TOKENS:
+                    self.disk.save(slot.key, list(slot.tokens), self.target.seq_state(slot.seq_id))
+                    written += 1
+        self.disk_writes_done()
+        return written
 
     def _disable_draft(self, reason: str) -> None:
         log.warning("speculation with the draft model is off: %s", reason)
@@ -311,6 +410,7 @@ class LlamaEngine:
             "kv_cells_used": self.pool.used_cells(),
             "kv_slots": [{"key": s.key, "tokens": len(s.tokens)} for s in self.pool.slots if s.tokens],
             "pool": vars(self.pool.stats),
+            "disk": self._disk_status(),
             "draft_model": self.config.draft_model_path.name if self.draft is not None and
             self.config.draft_model_path else None,
             "draft_disabled_reason": self.draft_disabled_reason,
@@ -321,6 +421,12 @@ class LlamaEngine:
             "prompt_ms_per_token": round(self.prompt_ms_per_token.value, 2),
             "policy": self.policy.snapshot(),
         }
+
+    def _disk_status(self) -> dict[str, Any] | None:
+        if self.disk is None:
+            return None
+        files, size = self.disk.usage()
+        return {**vars(self.disk.stats), "files": files, "bytes": size, "budget_bytes": self.disk.budget_bytes}
 
     def generate(
         self,
@@ -391,14 +497,17 @@ class LlamaEngine:
         if lease.evicted:
             log.info("KV pool evicted %s for %s", ", ".join(lease.evicted), cache_key or "an unkeyed prompt")
         slot, seq = lease.slot, lease.slot.seq_id
+        if lease.displaced is not None:
+            self._keep_on_disk(*lease.displaced, seq=seq)
+        reused = self._restore_from_disk(cache_key, tokens, slot, lease.reused, figures)
         # What an earlier attempt of this request processed is back as a prefix: not from cache.
-        figures.cached_tokens = max(0, lease.reused - (carried.processed if carried else 0))
+        figures.cached_tokens = max(0, reused - (carried.processed if carried else 0))
         figures.gave_way = carried.times if carried else 0
-        r.remove(seq, lease.reused)
-        slot.tokens = tokens[:lease.reused]
+        r.remove(seq, reused)
+        slot.tokens = tokens[:reused]
         started = time.perf_counter()
         if max_tokens <= 0:  # a warm-up: fill the file's KV, never delay a live request
-            rest = tokens[lease.reused:]
+            rest = tokens[reused:]
             for i in range(0, len(rest), WARM_CHUNK):
                 if self.live_waiting > 0:
                     figures.finish_reason = "preempted"
@@ -410,7 +519,7 @@ class LlamaEngine:
             figures.kv_bytes = r.seq_bytes(seq)
             yield GenerationChunk(text="", figures=figures, final=True)
             return
-        rest = tokens[lease.reused:]
+        rest = tokens[reused:]
         i = 0
         while i < len(rest):
             if i and give_way is not None and give_way():

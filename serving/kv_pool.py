@@ -44,6 +44,9 @@ class Lease:
     slot: Slot
     reused: int  # prompt tokens whose KV is kept
     evicted: list[str]  # keys of the slots emptied to make room
+    # the file whose KV the slot still holds until the caller trims it, and its tokens (for the
+    # disk tier to keep it)
+    displaced: tuple[str, list[int]] | None = None
 
 
 @dataclass
@@ -71,15 +74,16 @@ class KVPool:
         return next((s for s in self.slots if s.key == key), None)
 
     @staticmethod
-    def _reusable(held: Sequence[int], prompt: Sequence[int]) -> int:
-        # the last prompt token is always processed again: its logits start the completion
+    def reusable(held: Sequence[int], prompt: Sequence[int]) -> int:
+        """Prompt tokens a sequence holding ``held`` gives back (never the last one: its logits start
+        the completion)."""
         return min(common_prefix(held, prompt), max(len(prompt) - 1, 0))
 
     def peek(self, key: str | None, prompt: Sequence[int]) -> int:
         """Prompt tokens the file's slot would give back now (changes nothing: for estimating a
         request's cost, from another thread than the engine's, hence the copy of its tokens)."""
         slot = self._slot_of(SHARED if key is None else key)
-        return 0 if slot is None else self._reusable(list(slot.tokens), prompt)
+        return 0 if slot is None else self.reusable(list(slot.tokens), prompt)
 
     def lease(self, key: str | None, prompt: Sequence[int], room: int) -> Lease:
         """Choose the slot for ``prompt`` (plus ``room`` cells for generated tokens).
@@ -96,11 +100,14 @@ class KVPool:
                              f"of {self.cells_per_slot}")
         slot = self._slot_of(key)
         evicted: list[str] = []
+        displaced = None
         if slot is None:
             slot = min(self.slots, key=lambda s: (bool(s.tokens), s.last_used))
             if slot.tokens and slot.key != key:
                 evicted.append(slot.key or f"seq{slot.seq_id}")
-        reused = self._reusable(slot.tokens, prompt)
+                if slot.key is not None:
+                    displaced = (slot.key, list(slot.tokens))
+        reused = self.reusable(slot.tokens, prompt)
         slot.key = key
         slot.last_used = next(self._clock)
         self.stats.requests += 1
@@ -108,4 +115,4 @@ class KVPool:
         self.stats.reused_tokens += reused
         self.stats.hits += reused > 0
         self.stats.evictions += len(evicted)
-        return Lease(slot=slot, reused=reused, evicted=evicted)
+        return Lease(slot=slot, reused=reused, evicted=evicted, displaced=displaced)

@@ -65,6 +65,9 @@ CTX_DRAFT_PROPOSED = "ctx_draft_tokens_proposed"
 CTX_DRAFT_ACCEPTED = "ctx_draft_tokens_accepted"
 CTX_FINISH_REASON = "ctx_finish_reason"  # BYTES: "stop" | "length" | "error"
 CTX_KV_BYTES = "ctx_kv_bytes"  # KV memory of the request's sequence after it, in bytes
+# Of the cached tokens, those read back from the KV pool's disk tier, and the milliseconds it took.
+CTX_RESTORED_TOKENS = "ctx_restored_tokens"
+CTX_RESTORE_MS = "ctx_restore_ms"
 
 FIGURE_OUTPUTS: tuple[TensorSpec, ...] = (
     TensorSpec(CTX_PROMPT_TOKENS, "INT32", (1,), optional=True),
@@ -73,6 +76,8 @@ FIGURE_OUTPUTS: tuple[TensorSpec, ...] = (
     TensorSpec(CTX_DRAFT_PROPOSED, "INT32", (1,), optional=True),
     TensorSpec(CTX_DRAFT_ACCEPTED, "INT32", (1,), optional=True),
     TensorSpec(CTX_KV_BYTES, "INT32", (1,), optional=True),
+    TensorSpec(CTX_RESTORED_TOKENS, "INT32", (1,), optional=True),
+    TensorSpec(CTX_RESTORE_MS, "INT32", (1,), optional=True),
     TensorSpec(CTX_FINISH_REASON, "BYTES", (1,), optional=True),
 )
 

@@ -51,6 +51,8 @@ _FIGURE_NAMES = (
     protocol.CTX_DRAFT_PROPOSED,
     protocol.CTX_DRAFT_ACCEPTED,
     protocol.CTX_KV_BYTES,
+    protocol.CTX_RESTORED_TOKENS,
+    protocol.CTX_RESTORE_MS,
 )
 
 

@@ -114,6 +114,8 @@ def _response(text: str, figures: GenerationFigures) -> dict[str, np.ndarray]:
         protocol.CTX_DRAFT_PROPOSED: i32(figures.draft_proposed),
         protocol.CTX_DRAFT_ACCEPTED: i32(figures.draft_accepted),
         protocol.CTX_KV_BYTES: i32(figures.kv_bytes),
+        protocol.CTX_RESTORED_TOKENS: i32(figures.restored_tokens),
+        protocol.CTX_RESTORE_MS: i32(round(figures.restore_ms)),
         protocol.CTX_FINISH_REASON: np.array([[figures.finish_reason.encode()]], dtype=object),
     }
 
@@ -401,7 +403,8 @@ def serve(settings: Settings, model_path: Path) -> int:
     engine = EngineConfig(
         model_path=model_path, n_ctx=settings.n_ctx, n_threads=settings.n_threads, kv_type=settings.kv_cache_type,
         n_slots=settings.kv_pool_slots, draft_model_path=settings.effective_draft_model_path(),
-        speculation=settings.speculation,
+        speculation=settings.speculation, kv_disk_dir=settings.state_dir / "kv",
+        kv_disk_budget_bytes=settings.kv_disk_budget_mb * 1024 * 1024,
     )
     log.info("loading %s", model_path)
     llama = LlamaEngine(engine)
@@ -443,6 +446,10 @@ def serve(settings: Settings, model_path: Path) -> int:
             status = 1
             break
     triton.stop()
+    try:
+        log.info("kept the KV of %d files on disk", llama.save_pool())
+    except Exception:  # the disk tier is optional: the next start recomputes instead
+        log.exception("saving the KV pool to disk failed")
     return status
 
 

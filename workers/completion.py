@@ -254,7 +254,8 @@ class CompletionService:
             "outcome": outcome, "degraded_reason": ctx.degraded, "strategy": ctx.strategy, "sources": ctx.sources,
             "features": json.dumps(response.features), "file_tokens": ctx.file_tokens,
             "context_tokens": ctx.context_tokens, "prompt_tokens": ctx.prompt_tokens,
-            "cached_tokens": ctx.cached_tokens, "completion_tokens": response.completion_tokens,
+            "cached_tokens": ctx.cached_tokens, "restored_tokens": ctx.restored_tokens,
+            "restore_ms": ctx.restore_ms, "completion_tokens": response.completion_tokens,
             "draft_tokens_proposed": response.draft_tokens_proposed,
             "draft_tokens_accepted": response.draft_tokens_accepted, "user_name": user,
             **{f"{stage}_ms": getattr(t, f"{stage}_ms") for stage in ("queue", "context", "prompt", "decode", "total")},
@@ -599,6 +600,8 @@ class CompletionService:
         report.prompt_tokens = result.figures.get(protocol.CTX_PROMPT_TOKENS)
         report.cached_tokens = result.figures.get(protocol.CTX_CACHED_TOKENS)
         report.kv_bytes = result.figures.get(protocol.CTX_KV_BYTES)
+        report.restored_tokens = result.figures.get(protocol.CTX_RESTORED_TOKENS)
+        report.restore_ms = result.figures.get(protocol.CTX_RESTORE_MS)
         total_ms = (time.perf_counter() - received_at) * 1000
         first = result.first_token_ms or result.total_ms
         return CompletionResponse(

@@ -25,7 +25,7 @@ EVENT_COLUMNS = (
     "request_id", "repository", "path", "language", "mode", "scenario", "model", "outcome", "degraded_reason",
     "error_code", "strategy", "sources", "features", "file_tokens", "context_tokens", "prompt_tokens",
     "cached_tokens", "completion_tokens", "draft_tokens_proposed", "draft_tokens_accepted", "queue_ms",
-    "context_ms", "prompt_ms", "decode_ms", "total_ms", "user_name",
+    "context_ms", "prompt_ms", "decode_ms", "total_ms", "user_name", "restored_tokens", "restore_ms",
 )
 _INSERT_EVENT = text(
     f"INSERT INTO completion_events ({', '.join(EVENT_COLUMNS)}) VALUES "

@@ -266,6 +266,8 @@ class TritonPythonModel:
             t("ctx_draft_tokens_proposed", np.array([[f.draft_proposed]], dtype=i32)),
             t("ctx_draft_tokens_accepted", np.array([[f.draft_accepted]], dtype=i32)),
             t("ctx_kv_bytes", np.array([[-1]], dtype=i32)),  # unknown here: the worker reads -1 as missing
+            t("ctx_restored_tokens", np.array([[-1]], dtype=i32)),  # no disk tier on this path
+            t("ctx_restore_ms", np.array([[-1]], dtype=i32)),
             t("ctx_finish_reason", np.array([[f.finish_reason.encode()]], dtype=object)),
         ])
 

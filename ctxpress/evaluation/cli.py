@@ -158,10 +158,12 @@ async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,
     out: dict[str, dict[str, Any]] = {"lsp": {**summarise(samples), **forward_cache_share(samples)}}
     if fast_typist:
         status_file = settings.run_dir / "engine-status.json"
-        for abandon in (False, True):
-            progress = Progress(FAST_TYPIST_KEYSTROKES, f"fast typist ({'abandoning' if abandon else 'keeping'})")
-            out[f"fast_typist_{'abandon' if abandon else 'keep'}"] = await supersede(
-                path, cfg, env, status_file, settings.effective_database_url(), progress, abandon=abandon)
+        # every keystroke's request sent (debounce 1 ms) and kept, then abandoned when superseded; then
+        # the server's defaults: abandoned, and the adaptive debounce deciding when to send
+        for name, abandon, debounce_ms in (("keep", False, 1), ("abandon", True, 1), ("default", True, None)):
+            progress = Progress(FAST_TYPIST_KEYSTROKES, f"fast typist ({name})")
+            out[f"fast_typist_{name}"] = await supersede(path, cfg, env, status_file, settings.effective_database_url(),
+                                                         progress, abandon=abandon, debounce_ms=debounce_ms)
     return out
 
 

@@ -25,6 +25,7 @@ from pygls.lsp.client import LanguageClient
 
 from ctxpress.evaluation.bench import BenchConfig, Sample, suggestion_matches, typed_body
 from ctxpress.evaluation.progress import Progress
+from ctxpress.lsp.server import STATUS_NOTIFICATION
 
 FORWARD_CACHE_MS = 5.0
 FAST_TYPIST_KEYSTROKES = 60
@@ -60,6 +61,12 @@ class EditorSession:
         self.text = ""
         self.version = 0
         self.uri = ""
+        self.requests_sent = 0  # to the appliance (the server's ``ctxpress/status``): not debounced away
+
+        @self.client.feature(STATUS_NOTIFICATION)
+        def status(_client: LanguageClient, params: Any) -> None:
+            sent = params.get("requests") if isinstance(params, dict) else getattr(params, "requests", None)
+            self.requests_sent = max(self.requests_sent, int(sent or 0))
 
     async def __aenter__(self) -> EditorSession:
         await self.client.start_io(sys.executable, "-m", "ctxpress.cli", "lsp", env=self.env)
@@ -156,27 +163,28 @@ def forward_cache_share(samples: Sequence[Sample]) -> dict[str, float | None]:
 
 
 async def supersede(path: Path, cfg: BenchConfig, env: dict[str, str], status_file: Path, database_url: str,
-                    progress: Progress, *, abandon: bool) -> dict[str, Any]:
+                    progress: Progress, *, abandon: bool, debounce_ms: int | None) -> dict[str, Any]:
     """A fast typist: a suggestion asked for after every keystroke without waiting, each request
-    superseding the last. Returns the engine time spent in all and on the answers that were shown."""
+    superseding the last (``abandon``: in the appliance too). ``debounce_ms`` None: the server's
+    adaptive debounce. Returns the engine time spent in all and on the answers that were shown."""
     from sqlalchemy import text as sql
 
     from db.session import engine_for
 
     plan = await asyncio.to_thread(keystroke_plan, path, cfg)
-    label = f"bench-supersede-{'abandon' if abandon else 'keep'}-{time.time_ns()}"
+    label = f"bench-supersede-{'abandon' if abandon else 'keep'}-{debounce_ms or 'adaptive'}-{time.time_ns()}"
     before = _engine_ms(status_file)
     delivered: list[str] = []
-    asked = 0
     chars = plan.body[:FAST_TYPIST_KEYSTROKES]
-    async with EditorSession(env, {"maxTokens": cfg.max_tokens, "scenario": label, "debounceMs": 1,
-                                   "abandonUpstream": abandon}) as editor:
+    options: dict[str, Any] = {"maxTokens": cfg.max_tokens, "scenario": label, "abandonUpstream": abandon}
+    if debounce_ms is not None:
+        options["debounceMs"] = debounce_ms
+    async with EditorSession(env, options) as editor:
         editor.open(path, plan.opened)
         pending: list[asyncio.Future[types.InlineCompletionList | None]] = []
         for i, char in enumerate(chars):
             editor.insert(plan.start + i, char)
             pending.append(editor.ask(plan.start + i + 1))
-            asked += 1
             await asyncio.sleep(1 / cfg.typing_cps)
             progress.advance(f"supersede {'abandon' if abandon else 'keep'} keystroke {i + 1}")
         for future in pending:
@@ -186,6 +194,7 @@ async def supersede(path: Path, cfg: BenchConfig, env: dict[str, str], status_fi
                 continue
             if completion_id:
                 delivered.append(completion_id)
+        asked = editor.requests_sent
     # the appliance finishes what it still runs for nobody (without abandoning): every request has its
     # telemetry row once the worker has answered it (a completion, or cancelled, overloaded, timed out)
     give_up = time.monotonic() + DRAIN_S
@@ -202,8 +211,8 @@ async def supersede(path: Path, cfg: BenchConfig, env: dict[str, str], status_fi
     total_ms = _engine_ms(status_file) - before
     rows = [r for r in rows if r.outcome != "error"]
     shown_ms = sum((r.prompt_ms or 0) + (r.decode_ms or 0) for r in rows if r.request_id in set(delivered))
-    return {"keystrokes": asked, "answers_shown": len(delivered), "engine_ms": round(total_ms),
-            "engine_ms_on_shown": round(shown_ms),
+    return {"keystrokes": len(chars), "requests_sent": asked, "answers_shown": len(delivered),
+            "engine_ms": round(total_ms), "engine_ms_on_shown": round(shown_ms),
             "superseded_share": round(1 - shown_ms / total_ms, 3) if total_ms > 0 else None}
 
 

@@ -139,6 +139,10 @@ class ContextReport(BaseModel):
     context_tokens: int  # tokens of prefix + suffix sent to the model
     prompt_tokens: int | None = None  # as counted by the engine, FIM markers included
     cached_tokens: int | None = None
+    # of cached_tokens, those the engine read back from its disk tier (a file evicted from memory
+    # or kept over a restart), and the milliseconds that took
+    restored_tokens: int | None = None
+    restore_ms: float | None = None
     kv_bytes: int | None = None  # KV memory of the request's sequence in the engine, when it reports it
     window_start_line: int | None = None
     window_end_line: int | None = None

@@ -5,32 +5,15 @@ Prompts come from third-party code installed in the venv (never the standard lib
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from serving.cpu_engine import YIELD_CHUNK, EngineConfig, GaveWay, LlamaEngine
-from serving.fim import STOP_WORDS, fim_prompt
+from serving.fim import STOP_WORDS
+from tests.serving.prompts import fim_prompts as _prompts
 
 pytestmark = pytest.mark.services  # loads the real model
-
-
-def _source(module: str) -> list[str]:
-    spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin is not None
-    return Path(spec.origin).read_text(encoding="utf-8").splitlines(keepends=True)
-
-
-def _prompts() -> list[str]:
-    out = []
-    for module, line in (("sqlalchemy.orm.session", 1520), ("pydantic.fields", 700), ("grpc._channel", 400)):
-        lines = _source(module)
-        body = lines[line]
-        cut = len(body) - len(body.lstrip()) + 4
-        prefix = "".join(lines[line - 40:line]) + body[:cut]
-        out.append(fim_prompt(prefix, body[cut:] + "".join(lines[line + 1:line + 6])))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -75,6 +75,8 @@ async def test_content_hash_of_a_known_file_is_enough(appliance: Any, nats_clien
     assert "error" not in second, second
     assert second["completion"] == first["completion"]  # greedy decoding is deterministic
     assert second["context"]["cached_tokens"] > 0  # the engine reused the identical prompt's KV
+    # from memory, not the disk tier (the file never left the pool); the engine says so
+    assert second["context"]["restored_tokens"] == 0
 
 
 MALFORMED: list[tuple[str, bytes, str]] = [
