@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from nats.errors import TimeoutError as NatsTimeoutError
 
 from ctxpress.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
 
@@ -34,6 +35,11 @@ def request_for_file(path: Path, line: int, column: int, **fields: Any) -> Compl
                              line=line, column=column, **fields)
 
 
+# How much longer than the request's deadline the client waits for the worker's answer (which it
+# sends at the deadline at the latest).
+REPLY_MARGIN_S = 5.0
+
+
 class CompletionClient:
     def __init__(self, nats_url: str, subject: str = SUBJECT_COMPLETE, timeout_s: float = 120.0,
                  connect_options: dict[str, Any] | None = None) -> None:
@@ -52,14 +58,21 @@ class CompletionClient:
         if self._nc is not None:
             await self._nc.close()
 
-    async def send_raw(self, payload: bytes) -> dict[str, Any]:
+    async def send_raw(self, payload: bytes, timeout_s: float | None = None) -> dict[str, Any]:
         assert self._nc is not None, "use `async with CompletionClient(...)`"
-        reply = await self._nc.request(self.subject, payload, timeout=self.timeout_s)
+        reply = await self._nc.request(self.subject, payload, timeout=timeout_s or self.timeout_s)
         result: dict[str, Any] = json.loads(reply.data)
         return result
 
     async def complete(self, request: CompletionRequest) -> dict[str, Any]:
-        return await self.send_raw(request.model_dump_json(exclude_none=True).encode())
+        """The reply, or an error of the same shape when none came: the worker answers within the
+        request's deadline (``timeout_ms``, else its own), so this waits a little longer than that
+        and its own timeout means the worker is gone."""
+        waits_s = (request.timeout_ms / 1000 if request.timeout_ms else self.timeout_s) + REPLY_MARGIN_S
+        try:
+            return await self.send_raw(request.model_dump_json(exclude_none=True).encode(), waits_s)
+        except NatsTimeoutError:
+            return {"error": {"code": "no_reply", "message": f"no reply on {self.subject} within {waits_s:.0f} s"}}
 
     async def file_opened(self, event: FileOpened) -> dict[str, Any]:
         """Tell the workers a file was opened (they parse it ahead of the first keystroke)."""

@@ -10,6 +10,9 @@ Scenarios (each bounded in requests and seconds):
   sessions in files of their own while one colleague jumps to cold cursors in other long files.
   What it shows is whether a keystroke waits behind a colleague's cold 1,000-token prompt, so
   it is run once with latency-first admission and once with ``CTXPRESS_BATCHING=false``.
+- ``reopen``: one more long file than the engine keeps in memory, each completed once (cold), then
+  the first again: its KV has left the pool, so this first request of a reopened file is served
+  from the disk tier (or processed anew without it); then once more, warm. Optimized mode only.
 Modes alternate request by request, except in ``typing`` and ``file_switch``, where each mode
 replays the whole session in turn: there the engine's cache state across requests is what is
 measured, and interleaving would let one mode evict the other's cache.
@@ -33,12 +36,12 @@ from ctxpress.client import CompletionClient
 from ctxpress.evaluation.cases import Case, cut_out, make_cases
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
+from ctxpress.evaluation.scenarios import SCENARIOS
 from ctxpress.evaluation.scoring import first_line
 from ctxpress.wire.v1 import CompletionRequest, FileOpened
 
 MODES = ("baseline", "optimized")
-SCENARIOS = ("short", "long", "file_switch", "concurrency", "typing", "team")
-DEFAULT_SCENARIOS = ("short", "long", "file_switch", "concurrency", "typing")  # team needs two server set-ups
+REOPEN_LABELS = ("cold", "reopened", "warm")
 # The team scenario's typists: long SQLAlchemy files, each with a function of 6-30 lines to type.
 TEAM_FILES = ("engine/result.py", "sql/operators.py", "orm/attributes.py", "orm/session.py", "sql/elements.py",
               "orm/query.py", "sql/schema.py")
@@ -59,6 +62,7 @@ class BenchConfig:
     typing_pauses: int = 12  # completions asked for per typing replay
     seed: int = 0
     features: dict[str, bool] | None = None  # optimized mode's switches (ablations)
+    kv_pool_slots: int = 4  # files the engine keeps in memory (the appliance's setting)
 
 
 @dataclass
@@ -320,6 +324,21 @@ async def _team(cfg: BenchConfig, root: Path, progress: Progress) -> list[Sample
     return samples
 
 
+async def _reopen(client: CompletionClient, cases: Sequence[Case], cfg: BenchConfig,
+                  progress: Progress) -> list[Sample]:
+    samples: list[Sample] = []
+    texts = {c.path: cut_out((Path(c.repo) / c.path).read_text(encoding="utf-8"), c.line, c.column)[0]
+             for c in cases}
+    visits = [("cold", c) for c in cases] + [("reopened", cases[0]), ("warm", cases[0])]
+    for label, case in visits:
+        latency, reply = await _send(client, _request(case, texts[case.path], "optimized", "reopen",
+                                                      cfg.max_tokens, cfg.features))
+        samples.append(Sample(label, latency, reply))
+        restored = reply.get("context", {}).get("restored_tokens") or 0
+        progress.advance(f"reopen {label} {case.path} {latency:.0f} ms, {restored} tokens read back from disk")
+    return samples
+
+
 def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[str, Any]:
     """``seconds``: the wall time the samples shared (concurrent clients); without it, throughput
     is requests per second of this mode's own serving time (sequential scenarios)."""
@@ -335,6 +354,8 @@ def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[s
     prompt = sum(s.reply["context"].get("prompt_tokens") or 0 for s in ok)
     cached = sum(s.reply["context"].get("cached_tokens") or 0 for s in ok)
     out["cache_hit_rate"] = cached / prompt if prompt else 0.0
+    out["restored_tokens_mean"] = statistics.fmean(
+        s.reply["context"].get("restored_tokens") or 0 for s in ok) if ok else None
     out["prompt_tokens_mean"] = statistics.fmean(s.reply["context"].get("prompt_tokens") or 0 for s in ok) if ok \
         else None
     # prompt tokens the engine had to process (not found in its KV cache), per request
@@ -358,8 +379,9 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
     results: dict[str, dict[str, dict[str, Any]]] = {}
     sizes = {"short": cfg.requests, "long": cfg.requests, "file_switch": 3 * 2,
              "concurrency": cfg.clients * cfg.requests, "typing": cfg.typing_pauses,
-             "team": team_typists(cfg.clients) * cfg.typing_pauses}
-    progress = Progress(sum(sizes[s] * (1 if s in ("concurrency", "team") else len(cfg.modes)) for s in scenarios),
+             "team": team_typists(cfg.clients) * cfg.typing_pauses, "reopen": cfg.kv_pool_slots + 3}
+    progress = Progress(sum(sizes[s] * (1 if s in ("concurrency", "team", "reopen") else len(cfg.modes))
+                            for s in scenarios),
                         "bench")
 
     def cases_for(min_lines: int, max_lines: int, n: int) -> list[Case]:
@@ -385,20 +407,28 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
                 samples = await _typing(client, path, cfg, progress)
             elif name == "team":
                 samples = await _team(cfg, root, progress)
+            elif name == "reopen":
+                picked = {c.path: c for c in cases_for(1000, 0, 8 * (cfg.kv_pool_slots + 1))}
+                samples = await _reopen(client, list(picked.values())[:cfg.kv_pool_slots + 1], cfg, progress)
             else:
                 raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
             seconds = time.monotonic() - started
             shared = seconds if name in ("concurrency", "team") else None
-            labels = ("typing", "typing_cold", "jump") if name == "team" else cfg.modes
+            labels = {"team": ("typing", "typing_cold", "jump"), "reopen": REOPEN_LABELS}.get(name, cfg.modes)
             results[name] = {label: summarise([s for s in samples if s.mode == label], shared) for label in labels}
             if name == "team":
                 results[name]["all"] = summarise(samples, shared)
+            if name == "reopen" and results[name]["warm"]["latency_ms_p50"]:
+                warm = results[name]["warm"]["latency_ms_p50"]
+                results[name]["reopened"]["vs_warm"] = results[name]["reopened"]["latency_ms_p50"] / warm
+                results[name]["cold"]["vs_warm"] = results[name]["cold"]["latency_ms_p50"] / warm
     return results
 
 
 def report_lines(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
     keys = ("requests", "errors", "latency_ms_p50", "latency_ms_p95", "latency_ms_mean", "latency_ms_first",
-            "throughput_rps", "cache_hit_rate", "prompt_tokens_mean", "processed_tokens_mean", "draft_acceptance",
+            "throughput_rps", "cache_hit_rate", "restored_tokens_mean", "vs_warm", "prompt_tokens_mean",
+            "processed_tokens_mean", "draft_acceptance",
             "draft_accepted_per_request", "suggestion_match_rate", "forward_cache_share",
             "forward_cache_within_5ms_share", "keystrokes", "requests_sent", "answers_shown", "engine_ms",
             "engine_ms_on_shown",

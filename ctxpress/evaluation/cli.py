@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ctxpress.evaluation.scenarios import SCENARIOS
 from ctxpress.features import parse_list
 from ctxpress.settings import Settings
 
@@ -30,9 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     be = sub.add_parser("bench", help="serving under load and over time: scenarios, baseline and optimized")
     be.add_argument("--scenario", action="append",
-                    choices=["short", "long", "file_switch", "concurrency", "typing", "team"],
+                    choices=SCENARIOS,
                     help="run only these (repeatable; default: all but team, which is compared across two "
-                         "server set-ups: CTXPRESS_BATCHING=true and false)")
+                         "server set-ups: CTXPRESS_BATCHING=true and false, and reopen)")
     be.add_argument("--file", type=Path, action="append", default=[],
                     help="use this file (typing: the file to replay; others: where cursors are taken)")
     be.add_argument("--requests", type=int, default=6, help="requests per scenario and mode")
@@ -168,7 +169,8 @@ async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.evaluation.bench import DEFAULT_SCENARIOS, BenchConfig, final_line, report_lines, run_bench
+    from ctxpress.evaluation.bench import BenchConfig, final_line, report_lines, run_bench
+    from ctxpress.evaluation.scenarios import DEFAULT_SCENARIOS
     from ctxpress.features import parse_list
 
     modes = ["baseline", "optimized"] if args.mode == "both" else [args.mode]
@@ -179,7 +181,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     cfg = BenchConfig(settings.effective_nats_url(), settings.completion_subject, modes=modes,
                       requests=args.requests, clients=args.clients, max_seconds=args.max_seconds,
-                      typing_pauses=args.typing_pauses, features=features)
+                      typing_pauses=args.typing_pauses, features=features, kv_pool_slots=settings.kv_pool_slots)
     scenarios = args.scenario or list(DEFAULT_SCENARIOS)
     typing_file = next((f for f in args.file), None) if "typing" in scenarios else None
     others = [] if scenarios == ["typing"] else args.file
