@@ -13,6 +13,7 @@ import bisect
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import AnyStr
 
@@ -120,6 +121,23 @@ def get_parser(language: str) -> Parser:
         parser = _pack_parser(language)  # type: ignore[arg-type]
         parsers[language] = parser
     return parser
+
+
+# tree-sitter holds the GIL for a whole parse, so a large file parsed on a worker thread would
+# stop the worker's event loop until it is done. Read through a callback, the parse comes back to
+# Python for every chunk, where the interpreter hands the GIL to a thread that waits for it: the
+# event loop waits for one chunk's parse at most.
+PARSE_CHUNK_BYTES = 16 * 1024
+
+
+def parse_source(language: str, source: bytes, old_tree: Tree | None = None) -> Tree:
+    parser = get_parser(language)
+
+    def read(offset: int, _point: object) -> bytes:
+        return source[offset:offset + PARSE_CHUNK_BYTES]
+
+    given: bytes | Callable[[int, object], bytes] = source if len(source) <= PARSE_CHUNK_BYTES else read
+    return parser.parse(given) if old_tree is None else parser.parse(given, old_tree)
 
 
 @dataclass
@@ -469,7 +487,7 @@ def _point_at(source: bytes, offset: int) -> Point:
 
 def parse_text(text: str, language: str, path: str = "<memory>") -> ParsedFile:
     source = text.encode("utf-8")
-    tree = get_parser(language).parse(source)
+    tree = parse_source(language, source)
     return ParsedFile(path=path, language=language, source=source, tree=tree)
 
 
@@ -607,7 +625,7 @@ class TreeCache:
     def _parse(self, path: str, source: bytes, language: str, cached: ParsedFile | None) -> ParsedFile:
         if cached is None:
             self.full_parses += 1
-            return ParsedFile(path, language, source, get_parser(language).parse(source))
+            return ParsedFile(path, language, source, parse_source(language, source))
         old = cached.parsed_bytes
         start, old_end, new_end = diff_region(old, source)
         middle = _second_region(old, source, start, old_end, new_end)
@@ -649,7 +667,7 @@ class TreeCache:
             new_tree = tree
         else:
             self.incremental_parses += 1
-            new_tree = get_parser(language).parse(source, old_tree=tree)
+            new_tree = parse_source(language, source, old_tree=tree)
         parsed = ParsedFile(path, language, source, new_tree, incremental=True)
         # What changed since which version, for derived data that can be updated rather than
         # rebuilt (indexer.symbols shifts the symbol table past an edit inside one function).
