@@ -115,6 +115,14 @@ class Appliance:
         self._state(True, f"connected to {self.url}")
         return json.loads(reply.data)
 
+    async def ping(self, timeout_s: float = 2.0) -> None:
+        """Raise ``Unreachable`` unless NATS answers a round trip now (a health check)."""
+        nc = await self._client()
+        try:
+            await nc.flush(timeout=timeout_s)
+        except Exception as exc:
+            raise Unreachable(f"NATS at {self.url} did not answer: {exc or type(exc).__name__}") from None
+
     def publish_soon(self, subject: str, payload: bytes) -> None:
         """``publish`` without waiting for it."""
         task = asyncio.get_running_loop().create_task(self.publish(subject, payload))
