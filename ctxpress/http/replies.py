@@ -70,4 +70,7 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         if exc.status < 400:
             raise
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
-        return error_reply(exc.status, exc.reason if exc.status != 413 else exc.text or exc.reason, headers)
+        message = exc.reason
+        if isinstance(exc, web.HTTPRequestEntityTooLarge):
+            message = f"{exc.text} (CTXPRESS_MAX_REQUEST_BYTES)"
+        return error_reply(exc.status, message, headers)
