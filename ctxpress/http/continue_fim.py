@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ctxpress.http.editing import completion_request, cursor_between, cut_at_stop, max_tokens, where_from
 from ctxpress.http.replies import dumps, json_reply, parse_model
-from ctxpress.http.upstream import Superseded, Upstream
+from ctxpress.http.upstream import Superseded, Upstream, server_timing
 
 SCENARIO = "http-fim"
 # FIM templates (Continue's core/autocomplete/templating/AutocompleteTemplate.ts) written prefix first:
@@ -98,12 +98,14 @@ async def fim_completion(request: web.Request, upstream: Upstream, raw: bytes, *
     tokens = max_tokens(body.max_completion_tokens or body.max_tokens, upstream.settings)
     asked = completion_request(where, cursor, tokens, SCENARIO, upstream.timeout_ms)
     key = ("fim", request.remote, where.repository, where.path)
+    started = time.perf_counter()
     try:
         answer = await upstream.complete(asked, supersede=key)
         text, by_word = cut_at_stop(str(answer.get("completion", "")), body.stop)
         finish = "stop" if by_word or answer.get("finish_reason") != "length" else "length"
     except Superseded:
         answer, text, finish = {}, "", "stop"
+    timing = server_timing(started)
     completion_id = str(answer.get("id") or asked.request_id)
     model = body.model or str(answer.get("model", ""))
     created = int(time.time())
@@ -122,9 +124,10 @@ async def fim_completion(request: web.Request, upstream: Upstream, raw: bytes, *
 
     if not body.stream:
         return json_reply({"id": completion_id, "object": kind, "created": created, "model": model,
-                           "choices": [choice(text, True, False)], "usage": usage})
+                           "choices": [choice(text, True, False)], "usage": usage}, headers=timing)
     chunk_kind = "chat.completion.chunk" if chat_shaped else "text_completion"
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           **timing})
     await response.prepare(request)
     for content, done in ((text, False), ("", True)):
         event = {"id": completion_id, "object": chunk_kind, "created": created, "model": model,

@@ -15,6 +15,7 @@ only the fields named, each under its path as one key (``"timings/prompt_n": 12`
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from aiohttp import web
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ctxpress.http.editing import completion_request, cursor_between, cut_at_stop, max_tokens, where_from
 from ctxpress.http.replies import HttpError, error_reply, json_reply, read_model
-from ctxpress.http.upstream import Superseded, Upstream
+from ctxpress.http.upstream import Superseded, Upstream, server_timing
 from ctxpress.settings import Settings
 from ctxpress.wire.v1 import FileOpened
 
@@ -120,12 +121,14 @@ def routes(upstream: Upstream) -> list[web.RouteDef]:
         asked = completion_request(where, cursor, tokens, SCENARIO, upstream.timeout_ms)
         # one pending request per client and document: llama.vim stops its curl for a newer one
         key = ("infill", request.remote, where.repository, where.path)
+        started = time.perf_counter()
         try:
             answer = await upstream.complete(asked, supersede=key)
         except Superseded:
             return json_reply(nested_fields({"content": "", "stop": True, "tokens_cached": 0}, body.response_fields))
+        timing = server_timing(started)
         content, by_word = cut_at_stop(str(answer.get("completion", "")), body.stop)
         return json_reply(nested_fields(infill_reply(answer, content, by_word, tokens, settings),
-                                        body.response_fields))
+                                        body.response_fields), headers=timing)
 
     return [web.get("/health", health), web.post("/infill", infill)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from collections import OrderedDict
 from importlib.metadata import PackageNotFoundError, version
 from typing import Literal
@@ -26,7 +27,7 @@ from ctxpress.http.editing import (
     where_from,
 )
 from ctxpress.http.replies import HttpError, json_reply, parse_model, read_model
-from ctxpress.http.upstream import Superseded, Upstream
+from ctxpress.http.upstream import Superseded, Upstream, server_timing
 
 SCENARIO = "http-tabby"
 # completion id → its text, for the length of an accepted one (the agent reports only the id)
@@ -108,13 +109,15 @@ async def tabby_completion(request: web.Request, upstream: Upstream, shown: Show
     cursor = cursor_between(segments.prefix, segments.suffix or "", upstream.settings)
     asked = completion_request(where, cursor, upstream.settings.default_max_tokens, SCENARIO, upstream.timeout_ms)
     key = ("tabby", request.remote, where.repository, where.path)
+    started = time.perf_counter()
     try:
         answer = await upstream.complete(asked, supersede=key)
     except Superseded:
         return json_reply({"id": f"cmpl-{asked.request_id}", "choices": []})
+    timing = server_timing(started)
     completion_id, text = str(answer.get("id") or asked.request_id), str(answer.get("completion", ""))
     shown.remember(completion_id, text)
-    return json_reply({"id": completion_id, "choices": [{"index": 0, "text": text}] if text else []})
+    return json_reply({"id": completion_id, "choices": [{"index": 0, "text": text}] if text else []}, headers=timing)
 
 
 def routes(upstream: Upstream, shown: Shown) -> list[web.RouteDef]:

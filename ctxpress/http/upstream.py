@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Hashable
 from typing import Any
 
@@ -35,6 +36,12 @@ ERROR_STATUS: dict[str, int] = {
     ErrorCode.INFERENCE_TIMEOUT: 504, ErrorCode.INFERENCE_UNAVAILABLE: 503, ErrorCode.INFERENCE_FAILED: 502,
     ErrorCode.CANCELLED: 499, ErrorCode.OVERLOADED: 503, ErrorCode.FORBIDDEN: 403, ErrorCode.INTERNAL: 500,
 }
+
+
+def server_timing(started: float) -> dict[str, str]:
+    """The time spent waiting for the appliance since ``started`` (``time.perf_counter``), as a
+    ``Server-Timing`` header: what a client's latency less it is, the bridge added."""
+    return {"Server-Timing": f"appliance;dur={(time.perf_counter() - started) * 1000:.2f}"}
 
 
 class Superseded(Exception):
