@@ -8,12 +8,14 @@ reply with the pattern ``"content":"`` (no space) and Vim's job channel reads it
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+log = logging.getLogger("ctxpress.http")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -55,9 +57,12 @@ def parse_model(raw: bytes, model: type[ModelT]) -> ModelT:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors(include_url=False)[:5])
-        raise HttpError(400, f"invalid request body: {problems}") from None
+        raise HttpError(400, f"invalid request body: {problems(exc)}") from None
+
+
+def problems(exc: ValidationError) -> str:
+    """What is wrong, field by field (the first five)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors(include_url=False)[:5])
 
 
 @web.middleware
@@ -66,6 +71,8 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         return await handler(request)
     except HttpError as exc:
         return error_reply(exc.status, exc.message, exc.headers)
+    except ValidationError as exc:  # a peer's request that makes no valid ctxpress request
+        return error_reply(400, f"cannot ask the appliance this: {problems(exc)}")
     except web.HTTPException as exc:  # aiohttp's: 404, 405, 413 ...
         if exc.status < 400:
             raise
@@ -74,3 +81,6 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         if isinstance(exc, web.HTTPRequestEntityTooLarge):
             message = f"{exc.text} (CTXPRESS_MAX_REQUEST_BYTES)"
         return error_reply(exc.status, message, headers)
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return error_reply(500, "internal error in ctxpress serve-http (see its log)")

@@ -297,6 +297,8 @@ async def test_bad_input_gets_a_clear_error_and_the_bridge_keeps_serving(applian
         assert mention in error["message"], (path, text)
     status, text = await post(f"{bridge.url}/infill", {"prompt": "x"}, {**AUTH, "X-Ctxpress-Language": "cobol"})
     assert status == 400 and "cobol" in text
+    status, text = await post(f"{bridge.url}/infill", {"prompt": "x"}, {**AUTH, "X-Ctxpress-Repository": "r" * 300})
+    assert status == 400 and "X-Ctxpress-Repository" in text
     # a document past the appliance's limit, inside the HTTP body limit: refused before it is sent
     huge = {"input_prefix": "x" * (appliance.settings.max_request_bytes - 32 * 1024), "n_predict": 4}
     status, text = await post(f"{bridge.url}/infill", huge, AUTH)
