@@ -121,6 +121,12 @@ def _cmd_lsp(args: argparse.Namespace, settings: Settings) -> int:
     return serve(settings)
 
 
+def _cmd_serve_http(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.http.app import serve
+
+    return serve(settings, args.host, args.port)
+
+
 def _explain(argv: list[str]) -> int:
     # A process of its own: context assembly lives in workers/, which nothing imports.
     import subprocess
@@ -166,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     lsp = sub.add_parser("lsp", help="the language server an editor starts (stdio): inline completion over NATS")
     lsp.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; stdio is the default")
     lsp.set_defaults(func=_cmd_lsp)
+
+    serve_http = sub.add_parser("serve-http", help="HTTP doors for editor plugins: llama.cpp's /infill (llama.vscode, "
+                                "llama.vim), Tabby's API, OpenAI/Mistral FIM (Continue)")
+    serve_http.add_argument("--host", help="address to listen on (default CTXPRESS_HTTP_HOST, else CTXPRESS_BIND_HOST)")
+    serve_http.add_argument("--port", type=int, help="default CTXPRESS_HTTP_PORT (8012, llama.vscode's default)")
+    serve_http.set_defaults(func=_cmd_serve_http)
 
     worker = sub.add_parser("worker", help="run one worker in the foreground (what a container runs)")
     worker.add_argument("kind", choices=["completion", "index"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -86,6 +86,20 @@ class Settings(BaseSettings):
     default_max_tokens: int = 64
     # `ctxpress lsp`: milliseconds to wait after a keystroke before asking (0: adaptive).
     lsp_debounce_ms: int = 0
+
+    # `ctxpress serve-http` (ctxpress/http/): the HTTP APIs editor plugins already speak (llama.cpp's /infill,
+    # Tabby's /v1/completions, OpenAI/Mistral FIM), each turned into a ctxpress.v1.complete request.
+    http_host: str | None = None  # default: bind_host
+    http_port: int = 8012  # where llama.vscode and llama.vim look for a llama.cpp server by default
+    # A bearer token every request must carry once set (required in team mode and off loopback); the file
+    # form keeps it out of the environment of every process.
+    http_token: SecretStr | None = None
+    http_token_file: Path | None = None
+    # Where a plugin that sends no file path (llama.vscode, llama.vim, Continue) is said to be editing;
+    # the X-Ctxpress-Repository, X-Ctxpress-Path and X-Ctxpress-Language headers override them per request.
+    http_repository: str = "editor"
+    http_path: str = "untitled"
+    http_language: str | None = None  # default: from the path's suffix
 
     # Repository index (embedder served by Triton, chunks in PostgreSQL, events through JetStream)
     embedding_model_path: Path | None = None  # an ONNX sentence embedder; default: packaged all-MiniLM-L6-v2 int8

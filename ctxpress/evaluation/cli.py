@@ -46,9 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     be.add_argument("--peer-server", type=Path, metavar="LLAMA_SERVER",
                     help="typing: replay the session against this llama-server binary too, asked as llama.vscode "
                          "asks (same model file; see ctxpress/evaluation/peer.py)")
-    be.add_argument("--via", choices=["lsp"],
+    be.add_argument("--via", choices=["lsp", "infill"],
                     help="typing: replay it through `ctxpress lsp` too, as an editor drives it (every keystroke a "
-                         "didChange; the forward cache and debounce count), beside the same replay sent to NATS")
+                         "didChange; the forward cache and debounce count), or (infill) through `ctxpress "
+                         "serve-http` as llama.vscode asks, beside the same replay sent to NATS")
     be.add_argument("--fast-typist", action="store_true",
                     help="with --via lsp: a request at every keystroke, each superseding the last; engine time "
                          "on superseded requests with and without abandoning them in the appliance")
@@ -168,6 +169,17 @@ async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,
     return out
 
 
+async def _bridge_typing(typing_file: Path | None, cfg: Any) -> dict[str, Any]:
+    """The typing replay through `ctxpress serve-http`, asked as llama.vscode asks."""
+    from ctxpress.evaluation.bench import summarise, third_party_root
+    from ctxpress.evaluation.bridge_replay import bridge_overhead, typing_via_infill
+    from ctxpress.evaluation.progress import Progress
+
+    path = typing_file or third_party_root() / "engine" / "result.py"
+    samples = await typing_via_infill(path, cfg, dict(os.environ), Progress(cfg.typing_pauses, "typing via infill"))
+    return {**summarise(samples), **bridge_overhead(samples)}
+
+
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.evaluation.bench import BenchConfig, final_line, report_lines, run_bench
     from ctxpress.evaluation.scenarios import DEFAULT_SCENARIOS
@@ -192,7 +204,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         print("error: --peer-server replays the typing scenario: add --scenario typing", file=sys.stderr)
         return 2
     if args.via is not None and "typing" not in scenarios:
-        print("error: --via lsp replays the typing scenario: add --scenario typing", file=sys.stderr)
+        print(f"error: --via {args.via} replays the typing scenario: add --scenario typing", file=sys.stderr)
         return 2
     try:
         results = asyncio.run(run_bench(cfg, scenarios, typing_file, others))
@@ -200,6 +212,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             results["typing"]["peer"] = asyncio.run(_peer_typing(args.peer_server, typing_file, cfg, settings))
         if args.via == "lsp":
             results["typing"].update(asyncio.run(_editor_typing(typing_file, cfg, settings, args.fast_typist)))
+        if args.via == "infill":
+            results["typing"]["infill"] = asyncio.run(_bridge_typing(typing_file, cfg))
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -20,7 +20,9 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ctxpress.wire.v1 import SUBJECT_CANCEL, CancelRequest
+from ctxpress.settings import Settings
+from ctxpress.team import NatsCredentials
+from ctxpress.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_FILE_SAVED, CancelRequest
 
 log = logging.getLogger("ctxpress.lsp")
 
@@ -36,6 +38,15 @@ async def _probe(url: str) -> None:
     _reader, writer = await asyncio.wait_for(
         asyncio.open_connection(first.hostname or "127.0.0.1", first.port or 4222), 2.0)
     writer.close()
+
+
+def editor_subject(settings: Settings, credentials: NatsCredentials | None, kind: str) -> str:
+    """Where an editor sends a ``complete``, ``file_opened``, ``feedback``, ``cancel`` or ``file_saved``:
+    the user's own subjects in team mode (NATS lets a user publish nowhere else)."""
+    if credentials is not None:
+        return credentials.subject(kind)
+    return {"complete": settings.completion_subject, "feedback": settings.feedback_subject,
+            "file_opened": SUBJECT_FILE_OPENED, "cancel": SUBJECT_CANCEL, "file_saved": SUBJECT_FILE_SAVED}[kind]
 
 
 class Unreachable(Exception):
@@ -114,6 +125,14 @@ class Appliance:
             raise
         self._state(True, f"connected to {self.url}")
         return json.loads(reply.data)
+
+    async def ping(self, timeout_s: float = 2.0) -> None:
+        """Raise ``Unreachable`` unless NATS answers a round trip now (a health check)."""
+        nc = await self._client()
+        try:
+            await nc.flush(timeout=timeout_s)
+        except Exception as exc:
+            raise Unreachable(f"NATS at {self.url} did not answer: {exc or type(exc).__name__}") from None
 
     def publish_soon(self, subject: str, payload: bytes) -> None:
         """``publish`` without waiting for it."""

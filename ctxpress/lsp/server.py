@@ -31,7 +31,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from ctxpress.languages import language_from_editor
-from ctxpress.lsp.appliance import Appliance, Unreachable
+from ctxpress.lsp.appliance import Appliance, Unreachable, editor_subject
 from ctxpress.lsp.debounce import AdaptiveDebounce
 from ctxpress.lsp.documents import Document, Encoding, PositionError
 from ctxpress.lsp.forward_cache import ForwardCache, Shown
@@ -40,9 +40,6 @@ from ctxpress.lsp.suggestion import without_following_lines
 from ctxpress.settings import Settings
 from ctxpress.team import NatsCredentials, TeamConfigError, load_credentials
 from ctxpress.wire.v1 import (
-    SUBJECT_CANCEL,
-    SUBJECT_FILE_OPENED,
-    SUBJECT_FILE_SAVED,
     CompletionRequest,
     Feedback,
     FileOpened,
@@ -150,12 +147,7 @@ class CtxpressServer(LanguageServer):
         return self._appliance
 
     def subject(self, kind: str) -> str:
-        """Where to send a ``complete``, ``file_opened``, ``feedback``, ``cancel`` or ``file_saved``: the
-        user's own subjects in team mode (NATS lets a user publish nowhere else)."""
-        if self.credentials is not None:
-            return self.credentials.subject(kind)
-        return {"complete": self.settings.completion_subject, "feedback": self.settings.feedback_subject,
-                "file_opened": SUBJECT_FILE_OPENED, "cancel": SUBJECT_CANCEL, "file_saved": SUBJECT_FILE_SAVED}[kind]
+        return editor_subject(self.settings, self.credentials, kind)
 
     def load_credentials(self) -> str | None:
         """Read the team credentials file, if one is set; what is wrong with it, else None."""

@@ -1,0 +1,68 @@
+"""The bridge's bearer token: once one is configured, every request must carry it.
+
+Loopback and a single user need none (whoever reaches 127.0.0.1 could read the user's files
+anyway). Team mode (the bridge speaks with a user's NATS credentials) and any other address need
+one: the bridge refuses to start without it.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from aiohttp import web
+
+from ctxpress.http.replies import Handler, error_reply
+from ctxpress.settings import Settings
+from ctxpress.team import is_loopback
+
+MIN_TOKEN_CHARS = 16
+
+
+class AuthConfigError(RuntimeError):
+    """The bridge cannot be started safely as configured."""
+
+
+def configured_token(settings: Settings) -> str | None:
+    """``CTXPRESS_HTTP_TOKEN``, else the first line of ``CTXPRESS_HTTP_TOKEN_FILE``, else None."""
+    if settings.http_token is not None and settings.http_token.get_secret_value():
+        token = settings.http_token.get_secret_value().strip()
+    elif settings.http_token_file is not None:
+        path = settings.http_token_file.expanduser()
+        try:
+            lines = path.read_text().strip().splitlines()
+        except OSError as exc:
+            raise AuthConfigError(f"cannot read CTXPRESS_HTTP_TOKEN_FILE {path}: {exc.strerror or exc}") from None
+        token = lines[0].strip() if lines else ""
+        if not token:
+            raise AuthConfigError(f"CTXPRESS_HTTP_TOKEN_FILE {path} is empty")
+    else:
+        return None
+    if len(token) < MIN_TOKEN_CHARS:
+        raise AuthConfigError(f"the HTTP token is {len(token)} characters; use at least {MIN_TOKEN_CHARS} "
+                              "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+    return token
+
+
+def require_token_where_needed(token: str | None, host: str, team: bool) -> None:
+    if token is not None:
+        return
+    if team:
+        raise AuthConfigError("team mode: the bridge asks the appliance as your NATS user, so it needs a token "
+                              "that only your editor knows: set CTXPRESS_HTTP_TOKEN or CTXPRESS_HTTP_TOKEN_FILE")
+    if not is_loopback(host):
+        raise AuthConfigError(f"listening on {host} (not loopback) lets other hosts use it: set CTXPRESS_HTTP_TOKEN "
+                              "or CTXPRESS_HTTP_TOKEN_FILE, or listen on 127.0.0.1")
+
+
+def bearer_token_middleware(token: str) -> Handler:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "").encode("utf-8", errors="replace")
+        if not hmac.compare_digest(given, expected):
+            return error_reply(401, "missing or wrong bearer token (Authorization: Bearer <CTXPRESS_HTTP_TOKEN>)",
+                               {"WWW-Authenticate": 'Bearer realm="ctxpress"'})
+        return await handler(request)
+
+    return check  # type: ignore[return-value]
