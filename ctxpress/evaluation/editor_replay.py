@@ -64,7 +64,7 @@ class EditorSession:
         self.requests_sent = 0  # to the appliance (the server's ``ctxpress/status``): not debounced away
 
         @self.client.feature(STATUS_NOTIFICATION)
-        def status(_client: LanguageClient, params: Any) -> None:
+        def status(params: Any) -> None:
             sent = params.get("requests") if isinstance(params, dict) else getattr(params, "requests", None)
             self.requests_sent = max(self.requests_sent, int(sent or 0))
 
