@@ -18,6 +18,7 @@ from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 from sqlalchemy import text
 
+from ctxpress.lsp.server import HEADER_LIMIT_BYTES
 from db.session import engine_for
 from tests.conftest import Appliance, free_port
 
@@ -269,6 +270,7 @@ async def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(
     assert server is not None and server.stdin is not None
     for body in (b"{not json", b'{"jsonrpc": "2.0", "id": 5}', b"[1, 2, 3]"):
         server.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    server.stdin.write(b"X-Garbage: " + b"y" * (HEADER_LIMIT_BYTES * 2) + b"\r\n")  # a header past the limit
     await server.stdin.drain()
     result = await editor.inline(uri, *CURSOR)
     assert result is not None and result.items and result.items[0].insert_text.startswith("a + b")
