@@ -8,17 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Triton wire dtype (what clients and serving.protocol say) -> model-config enum.
-WIRE_TO_CONFIG = {
-    "BYTES": "TYPE_STRING",
-    "BOOL": "TYPE_BOOL",
-    "INT32": "TYPE_INT32",
-    "INT64": "TYPE_INT64",
-    "UINT64": "TYPE_UINT64",
-    "FP16": "TYPE_FP16",
-    "FP32": "TYPE_FP32",
-}
-
 
 @dataclass(frozen=True)
 class Tensor:

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from build_engines.options import BuildOptions
 from build_engines.plan import PYTHON, Layout, Step, plan_record
@@ -84,8 +83,3 @@ def run_plan(
         echo(f"  {name:<24} {secs:8.1f} s")
     echo(f"  {'total':<24} {total:8.1f} s -> {layout.manifest}")
     return 0
-
-
-def write_script(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(0o755)

@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ctxpress.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CTXPRESS_", extra="ignore")
@@ -66,9 +68,9 @@ class Settings(BaseSettings):
     draft_model: str = "packaged"
 
     # Completion worker
-    completion_subject: str = "ctxpress.v1.complete"
+    completion_subject: str = SUBJECT_COMPLETE
     completion_queue: str = "ctxpress-completion"
-    feedback_subject: str = "ctxpress.v1.feedback"
+    feedback_subject: str = SUBJECT_FEEDBACK
     # Sharded deployments: this worker serves `<completion_subject>.<shard>` behind `ctxpress gateway`.
     shard: int | None = None
     shards: int = 1

@@ -202,16 +202,6 @@ def set_repository_head(session: Session, repo_id: int, commit: str | None, embe
     session.execute(Repository.__table__.update().where(Repository.id == repo_id).values(**values))
 
 
-def repository_stats(session: Session, name: str) -> dict[str, int]:
-    row = session.execute(
-        select(func.count(CodeChunk.id)).join(Repository, Repository.id == CodeChunk.repo_id)
-        .where(Repository.name == name)).one()
-    files = session.execute(
-        select(func.count()).select_from(IndexedFile).join(Repository, Repository.id == IndexedFile.repo_id)
-        .where(Repository.name == name, IndexedFile.deleted.is_(False), IndexedFile.skipped_reason.is_(None))).one()
-    return {"chunks": int(row[0]), "files": int(files[0])}
-
-
 # ---------------------------------------------------------------------------------------------
 # Search
 

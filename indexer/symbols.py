@@ -11,7 +11,6 @@ Lines are 0-based and inclusive everywhere in this module.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tree_sitter import Node, Query, QueryCursor
@@ -77,9 +76,6 @@ class FileSymbols:
 
     def children(self, sym: Symbol) -> list[Symbol]:
         return [s for s in self.symbols if s.parent == sym.index]
-
-    def members_of(self, owner: str) -> list[Symbol]:
-        return [s for s in self.symbols if s.owner == owner and s.kind not in DECLARATION_KINDS]
 
     def containing(self, line: int) -> list[Symbol]:
         """Symbols whose range contains ``line``, outermost first."""
@@ -1222,14 +1218,6 @@ def _receiver_before(code: str, at: int) -> str | None:
     if first is not None:
         return word[first:]
     return code[end - 1] if end > 0 and not code[end - 1].isspace() else None
-
-
-def iter_identifier_names(refs: list[Reference]) -> Iterator[str]:
-    seen: set[str] = set()
-    for r in refs:
-        if r.name not in seen:
-            seen.add(r.name)
-            yield r.name
 
 
 _error_queries: dict[str, Query] = {}

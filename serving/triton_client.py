@@ -95,12 +95,6 @@ class TritonCompletionClient:
     async def close(self) -> None:
         await self._client.close()
 
-    async def is_ready(self) -> bool:
-        try:
-            return bool(await self._client.is_model_ready(self.model))
-        except InferenceServerException:
-            return False
-
     async def complete(
         self,
         prompt: str,

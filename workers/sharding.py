@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import posixpath
 
-GATEWAY_SUBJECT = "ctxpress.v1.complete"
+from ctxpress.wire.v1 import SUBJECT_COMPLETE
+
+GATEWAY_SUBJECT = SUBJECT_COMPLETE
 SHARD_SUBJECT_PREFIX = GATEWAY_SUBJECT + "."
 
 
