@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from ctxpress.settings import Settings
 from ctxpress.wire.v1 import wire_lines
 from indexer.parsing import TREE_CACHE, ParsedFile, TreeCache, detect_language, is_supported, normalize_language
 from indexer.summaries import elision_marker
@@ -56,7 +57,7 @@ log = logging.getLogger("ctxpress.context")
 # exports these as metrics.
 FALLBACK_COUNTS: Counter[str] = Counter()
 
-DEFAULT_BUDGET_TOKENS = 1024
+DEFAULT_BUDGET_TOKENS: int = Settings.model_fields["context_budget_tokens"].default
 # One referenced/edited block may take at most this share of the budget whole; beyond that its
 # summary is used, so that one large helper cannot crowd out every other signature.
 MAX_WHOLE_SHARE = 0.25

@@ -11,7 +11,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from workers.context.assemble import DEFAULT_BUDGET_TOKENS, assemble_context, explain
+from ctxpress.settings import get_settings
+from workers.context.assemble import assemble_context, explain
 from workers.context.tokens import rough_token_count
 
 
@@ -20,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", type=Path)
     p.add_argument("--line", type=int, required=True, help="0-based line of the cursor")
     p.add_argument("--column", type=int, default=0, help="0-based column (characters) of the cursor")
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET_TOKENS, help="context budget in tokens")
+    p.add_argument("--budget", type=int, default=get_settings().context_budget_tokens,
+                   help="context budget in tokens (default CTXPRESS_CONTEXT_BUDGET_TOKENS)")
     p.add_argument("--language", default=None, help="override language detection")
     p.add_argument("--edited", action="append", default=[], metavar="START-END",
                    help="0-based recently edited line range, inclusive (repeatable)")
