@@ -10,7 +10,6 @@ prefix/suffix, compared with memcmp-speed slicing), the old tree is told about t
 from __future__ import annotations
 
 import bisect
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -20,50 +19,12 @@ from typing import AnyStr
 from tree_sitter import Parser, Point, Tree
 from tree_sitter_language_pack import get_parser as _pack_parser
 
+from ctxpress.languages import language_from_path
+
 # Languages with block cropping. Names are tree-sitter-language-pack grammar names.
 SUPPORTED_LANGUAGES: frozenset[str] = frozenset(
     {"python", "javascript", "typescript", "tsx", "go", "java", "rust", "c", "cpp"}
 )
-
-_EXTENSIONS: dict[str, str] = {
-    ".py": "python",
-    ".pyi": "python",
-    ".js": "javascript",
-    ".mjs": "javascript",
-    ".cjs": "javascript",
-    ".jsx": "javascript",  # the javascript grammar parses JSX
-    ".ts": "typescript",
-    ".mts": "typescript",
-    ".cts": "typescript",
-    ".tsx": "tsx",
-    ".go": "go",
-    ".java": "java",
-    ".rs": "rust",
-    ".c": "c",
-    ".h": "c",  # refined by content, see detect_language
-    ".cc": "cpp",
-    ".cpp": "cpp",
-    ".cxx": "cpp",
-    ".c++": "cpp",
-    ".hpp": "cpp",
-    ".hh": "cpp",
-    ".hxx": "cpp",
-    ".h++": "cpp",
-    ".ipp": "cpp",
-}
-
-# Aliases an IDE may send as its language id.
-_ALIASES: dict[str, str] = {
-    "py": "python",
-    "js": "javascript",
-    "javascriptreact": "javascript",
-    "ts": "typescript",
-    "typescriptreact": "tsx",
-    "golang": "go",
-    "rs": "rust",
-    "c++": "cpp",
-    "cxx": "cpp",
-}
 
 # Line-comment syntax, used for elision markers in the assembled prompt.
 LINE_COMMENT: dict[str, str] = {
@@ -78,27 +39,11 @@ LINE_COMMENT: dict[str, str] = {
     "cpp": "//",
 }
 
-_CPP_HEADER_MARKERS: tuple[bytes, ...] = (b"class ", b"namespace ", b"template<", b"template <", b"public:")
-
-
-def normalize_language(language: str) -> str:
-    lowered = language.strip().lower()
-    return _ALIASES.get(lowered, lowered)
-
-
 def detect_language(path: str, text: str | None = None) -> str | None:
-    """Grammar name for ``path``, or None when the extension is unknown.
-
-    ``.h`` is C unless the text shows C++ constructs: headers are shared by both and the C
-    grammar turns ``class``/``namespace`` into error nodes.
-    """
-    ext = os.path.splitext(path)[1].lower()
-    language = _EXTENSIONS.get(ext)
-    if language == "c" and ext == ".h" and text is not None:
-        head = text[:20000].encode("utf-8", "replace")
-        if any(marker in head for marker in _CPP_HEADER_MARKERS):
-            return "cpp"
-    return language
+    """The grammar for ``path`` (``ctxpress.languages``: a ``.h`` showing C++ constructs is cpp), or
+    None when there is none."""
+    language = language_from_path(path, text)
+    return language if language in SUPPORTED_LANGUAGES else None
 
 
 def is_supported(language: str | None) -> bool:

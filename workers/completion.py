@@ -388,7 +388,7 @@ class CompletionService:
 
     def _prepare(self, request: CompletionRequest, text: str, digest: str) -> Prepared:
         """CPU-bound: runs in an executor."""
-        language = request.language or language_from_path(request.path)
+        language = request.language or language_from_path(request.path, text)
         default_budget = (self.settings.baseline_budget_tokens if request.mode == "baseline"
                           else self.settings.context_budget_tokens)
         budget = request.budget_tokens or default_budget

@@ -11,10 +11,10 @@ import hashlib
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, Strict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, Strict, field_validator, model_validator
 
 from ctxpress import features
-from ctxpress.languages import KNOWN_LANGUAGES
+from ctxpress.languages import KNOWN_LANGUAGES, normalize_language
 
 SUBJECT_COMPLETE = "ctxpress.v1.complete"
 SUBJECT_FEEDBACK = "ctxpress.v1.feedback"
@@ -91,6 +91,12 @@ class CompletionRequest(BaseModel):
     # Labels for telemetry and ablations: which workload sent this, which optimisations to use.
     scenario: str | None = Field(default=None, max_length=64)
     features: dict[str, bool] | None = None
+
+    @field_validator("language", mode="before")
+    @classmethod
+    def _our_language_name(cls, value: object) -> object:
+        """An editor's name for a language (``typescriptreact``, ``c++``, ``js``) is ours from here on."""
+        return normalize_language(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _text_or_hash(self) -> CompletionRequest:
