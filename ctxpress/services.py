@@ -294,7 +294,9 @@ class PostgresPart(Part):
         return self.settings.database_url is not None
 
     def address(self) -> str:
-        return self.settings.effective_database_url()
+        from sqlalchemy import make_url
+
+        return make_url(self.settings.effective_database_url()).render_as_string(hide_password=True)
 
     def pid(self) -> int | None:
         return self.server.pid()
@@ -303,7 +305,7 @@ class PostgresPart(Part):
         if self.external:
             from db.session import can_connect
 
-            return can_connect(self.address())
+            return can_connect(self.settings.effective_database_url())
         return _port_open(self.settings.bind_host, self.settings.postgres_port)
 
     def start(self, timeout_s: float) -> float:
@@ -314,7 +316,7 @@ class PostgresPart(Part):
             raise StartError(f"postgres: external database at {self.address()} does not answer")
         from db.migrations import migrate
 
-        migrate(self.address())
+        migrate(self.settings.effective_database_url())
         return time.perf_counter() - started
 
     def stop(self, timeout_s: float = 30.0) -> None:

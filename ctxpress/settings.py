@@ -142,7 +142,12 @@ class Settings(BaseSettings):
         return self.triton_url or f"{self.bind_host}:{self.triton_grpc_port}"
 
     def effective_database_url(self) -> str:
-        return self.database_url or f"postgresql+psycopg://postgres@{self.bind_host}:{self.postgres_port}/postgres"
+        """The external database, or the embedded one with the password it was initialised with."""
+        if self.database_url is not None:
+            return self.database_url
+        from db.embedded import database_url, stored_password
+
+        return database_url(self.bind_host, self.postgres_port, stored_password(self.state_dir / "postgres"))
 
     def metrics_url(self) -> str:
         return f"http://{self.bind_host}:{self.triton_metrics_port}/metrics"
