@@ -32,6 +32,13 @@ class Settings(BaseSettings):
     # Where the embedded NATS listens (default: bind_host). A team appliance puts NATS alone on the network
     # (e.g. 0.0.0.0) and keeps PostgreSQL and Triton, which ask for no password, on loopback.
     nats_bind_host: str | None = None
+    # Team mode: TLS on the embedded NATS client port, for every client (the workers too). The server's
+    # certificate, its key and the CA that signed it are the operator's when set, otherwise generated under
+    # <home>/tls (ctxpress/tls.py). With an external NATS, nats_tls_ca is what the workers verify it with.
+    nats_tls: bool = True
+    nats_tls_cert: Path | None = None
+    nats_tls_key: Path | None = None
+    nats_tls_ca: Path | None = None
 
     # PostgreSQL
     database_url: str | None = None
@@ -42,6 +49,10 @@ class Settings(BaseSettings):
     triton_http_port: int = 8000
     triton_grpc_port: int = 8001
     triton_metrics_port: int = 8002
+    # Where the embedded Triton serves HTTP and gRPC, and where it and the completion worker serve Prometheus
+    # /metrics. None of them asks for a password, so they stay on loopback whatever bind_host says.
+    triton_bind_host: str = "127.0.0.1"
+    metrics_bind_host: str = "127.0.0.1"
     triton_timeout_s: float = 120.0  # a cold 2,048-token prompt takes ~30 s on 2 CPU cores
 
     # The CPU engine served by the embedded Triton
@@ -139,7 +150,7 @@ class Settings(BaseSettings):
             return None
 
     def effective_triton_url(self) -> str:
-        return self.triton_url or f"{self.bind_host}:{self.triton_grpc_port}"
+        return self.triton_url or f"{self.triton_bind_host}:{self.triton_grpc_port}"
 
     def effective_database_url(self) -> str:
         """The external database, or the embedded one with the password it was initialised with."""
@@ -150,7 +161,7 @@ class Settings(BaseSettings):
         return database_url(self.bind_host, self.postgres_port, stored_password(self.state_dir / "postgres"))
 
     def metrics_url(self) -> str:
-        return f"http://{self.bind_host}:{self.triton_metrics_port}/metrics"
+        return f"http://{self.metrics_bind_host}:{self.triton_metrics_port}/metrics"
 
 
 def get_settings() -> Settings:

@@ -407,11 +407,11 @@ def serve(settings: Settings, model_path: Path) -> int:
     llama = LlamaEngine(engine)
     workspace = short_workspace_path(settings.state_dir / "triton")
     config = TritonConfig(
-        http_address=settings.bind_host,
+        http_address=settings.triton_bind_host,
         http_port=settings.triton_http_port,
-        grpc_address=settings.bind_host,
+        grpc_address=settings.triton_bind_host,
         grpc_port=settings.triton_grpc_port,
-        metrics_address=settings.bind_host,
+        metrics_address=settings.metrics_bind_host,
         metrics_port=settings.triton_metrics_port,
         allow_metrics=True,
         allow_cpu_metrics=True,
@@ -434,7 +434,7 @@ def serve(settings: Settings, model_path: Path) -> int:
 
     bind_embedder(triton, settings)
     triton.run()
-    log.info("Triton ready: grpc %s:%s, metrics :%s", settings.bind_host, settings.triton_grpc_port,
+    log.info("Triton ready: grpc %s:%s, metrics :%s", settings.triton_bind_host, settings.triton_grpc_port,
              settings.triton_metrics_port)
     status = 0
     while not stop.wait(1.0):

@@ -3,10 +3,13 @@ embedded nats-server started by ``NatsPart`` from the configuration team mode wr
 
 from __future__ import annotations
 
+import json
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ctxpress import team
 from ctxpress.services import NatsPart
@@ -56,4 +59,24 @@ def add_developer(settings: Settings, name: str, repositories: list[str]) -> tea
     password = team.new_password()
     store.add_user(settings.effective_database_url(), name, team.bcrypt_hash(password, 4), repositories)
     team.sync_authorization(settings, lambda line: None)
-    return team.NatsCredentials(settings.effective_nats_url(), name, password)
+    return team.NatsCredentials(settings.effective_nats_url(), name, password, team.client_ca(settings))
+
+
+def plain_text_login(url: str, user: str, password: str) -> tuple[dict[str, Any], bytes]:
+    """A client that logs in without TLS, speaking the NATS protocol by hand (nats-py would upgrade on its own):
+    the server's INFO, and what it answers to CONNECT + PING (``+PONG`` when it let the client in)."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222), timeout=5) as sock:
+        greeting = sock.recv(65536)
+        info = json.loads(greeting.split(b"\r\n", 1)[0][5:])
+        connect = {"verbose": False, "pedantic": False, "user": user, "pass": password, "protocol": 1}
+        try:
+            sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+                if b"PONG" in answer:
+                    break
+        except (ConnectionResetError, BrokenPipeError, TimeoutError) as exc:
+            answer = f"connection closed: {exc}".encode()
+    return info, answer

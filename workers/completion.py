@@ -694,7 +694,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     telemetry = TelemetryWriter(settings.effective_database_url())
     telemetry.start()
     if settings.worker_metrics_port:
-        start_http_server(settings.worker_metrics_port, addr=settings.bind_host)
+        start_http_server(settings.worker_metrics_port, addr=settings.metrics_bind_host)
     retriever = Retriever(settings.effective_database_url(), AsyncTritonEmbedder(settings.effective_triton_url()),
                           timeout_ms=settings.retrieval_timeout_ms, top_k=settings.retrieval_top_k,
                           min_similarity=settings.retrieval_min_similarity)
