@@ -134,7 +134,12 @@ class Settings(BaseSettings):
         return self.state_dir / "models"
 
     def effective_nats_url(self) -> str:
-        return self.nats_url or f"nats://{self.nats_bind_host or self.bind_host}:{self.nats_port}"
+        if self.nats_url is not None:
+            return self.nats_url
+        host = self.nats_bind_host or self.bind_host
+        # Listening on every address: connect on loopback (an address its TLS certificate names).
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+        return f"nats://{host}:{self.nats_port}"
 
     def effective_draft_model_path(self) -> Path | None:
         """The draft model for speculative decoding, or None (off, or its package is missing)."""

@@ -1,5 +1,5 @@
-"""Real services for the team-mode tests, lighter than the session appliance: an embedded PostgreSQL and the
-embedded nats-server started by ``NatsPart`` from the configuration team mode writes (no Triton, no model)."""
+"""Real services for the team-mode tests: an embedded PostgreSQL and the embedded nats-server started by
+``NatsPart`` from the configuration team mode writes (no Triton, no model), or a whole team appliance."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ctxpress.settings import Settings
 from db import team as store
 from db.embedded import EmbeddedPostgres
 from db.migrations import migrate
-from tests.conftest import free_ports
+from tests.conftest import Appliance, appliance_env, ctxpress, free_ports, settings_from_env
 
 
 @contextmanager
@@ -80,3 +80,17 @@ def plain_text_login(url: str, user: str, password: str) -> tuple[dict[str, Any]
         except (ConnectionResetError, BrokenPipeError, TimeoutError) as exc:
             answer = f"connection closed: {exc}".encode()
     return info, answer
+
+
+@contextmanager
+def team_appliance(home: Path, model: Path, **extra: str) -> Iterator[Appliance]:
+    """A whole appliance in team mode started by `ctxpress up` (Triton and the model included), NATS on every
+    address of this machine as a team would run it; `ctxpress down` at the end."""
+    env = appliance_env(home, model, CTXPRESS_TEAM="true", CTXPRESS_NATS_BIND_HOST="0.0.0.0", **extra)
+    started = ctxpress(env, "up")
+    try:
+        if started.returncode != 0:
+            raise RuntimeError(f"ctxpress up (team mode) failed:\n{started.stdout}\n{started.stderr}")
+        yield Appliance(env, settings_from_env(env))
+    finally:
+        ctxpress(env, "down")
