@@ -241,9 +241,10 @@ class CompletionModel:
                 except Exception:  # e.g. the caller's event loop closed: the next requests still run
                     log.exception("a request's job failed outside the engine")
 
-    def _estimate(self, prompt: str, cache_key: str | None, max_tokens: int) -> tuple[list[int], float]:
+    def _estimate(self, prompt: str, markers: list[int] | None, cache_key: str | None,
+                  max_tokens: int) -> tuple[list[int], float]:
         """The prompt's tokens and its expected service time in seconds."""
-        tokens = self.engine.tokenize(prompt)
+        tokens = self.engine.tokenize(prompt, markers)
         return tokens, self.engine.expected_ms(tokens, cache_key, max_tokens) / 1000
 
     def _due_before(self, deadline: float) -> bool:
@@ -263,6 +264,8 @@ class CompletionModel:
         cache_key = _text(inputs, protocol.CTX_CACHE_KEY) or None
         speculation = _text(inputs, protocol.CTX_SPECULATION) or None
         budget_ms = int(_scalar(inputs, protocol.CTX_DEADLINE_MS, 0))
+        raw_markers = inputs.get(protocol.CTX_TEMPLATE_MARKERS)
+        markers = None if raw_markers is None else [int(m) for m in np.asarray(raw_markers).reshape(-1)]
         watch = self.abandoned.watch(_text(inputs, protocol.CTX_REQUEST_ID) or None,
                                      time.monotonic() + budget_ms / 1000 if budget_ms > 0 else None)
 
@@ -273,7 +276,8 @@ class CompletionModel:
         cost_s, tokens = 0.0, None
         if by_deadline:
             try:  # tokenizing is CPU work: off the event loop (the engine then uses these tokens)
-                tokens, cost_s = await loop.run_in_executor(None, self._estimate, prompt, cache_key, max_tokens)
+                tokens, cost_s = await loop.run_in_executor(None, self._estimate, prompt, markers, cache_key,
+                                                            max_tokens)
             except Exception as exc:  # the engine reports a bad prompt itself; admitted in arrival order
                 log.debug("no cost estimate: %s", exc)
         ticket: list[Ticket] = []  # set once queued (the engine may start before _submit returns)
@@ -301,7 +305,7 @@ class CompletionModel:
                 chunks = self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop,
                                               cache_key=cache_key, speculation=speculation,
                                               give_way=give_way if (by_deadline or watch.watched) else None,
-                                              carried=carried, tokens=tokens)
+                                              carried=carried, tokens=tokens, markers=markers)
                 for chunk in chunks:
                     if not chunk.final and watch.abandoned():
                         chunks.close()  # stops between decode steps; the KV so far stays in the pool
