@@ -319,7 +319,10 @@ def _listening() -> dict[int, tuple[str, int]]:
             packed = bytes.fromhex(raw)
             # /proc prints each 32-bit word of the address in host (little-endian) order
             address = b"".join(packed[i:i + 4][::-1] for i in range(0, width, 4))
-            found[int(fields[9])] = (str(ipaddress.ip_address(address)), int(port, 16))
+            ip = ipaddress.ip_address(address)
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+                ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+            found[int(fields[9])] = (str(ip), int(port, 16))
     return found
 
 
