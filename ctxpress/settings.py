@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     nats_port: int = 4222
     nats_monitor_port: int = 8222
     # Where the embedded NATS listens (default: bind_host). A team appliance puts NATS alone on the network
-    # (e.g. 0.0.0.0) and keeps PostgreSQL and Triton, which ask for no password, on loopback.
+    # (e.g. 0.0.0.0) and keeps PostgreSQL, Triton and the metrics endpoints on loopback.
     nats_bind_host: str | None = None
     # Team mode: TLS on the embedded NATS client port, for every client (the workers too). The server's
     # certificate, its key and the CA that signed it are the operator's when set, otherwise generated under
