@@ -42,6 +42,7 @@ ENSEMBLE_INPUTS = [
     Tensor("ctx_speculation", "TYPE_STRING", (1,), optional=True),
     Tensor("ctx_request_id", "TYPE_STRING", (1,), optional=True),
     Tensor("ctx_deadline_ms", "TYPE_INT32", (1,), optional=True),
+    Tensor("ctx_template_markers", "TYPE_INT32", (-1,), optional=True),
 ]
 FIGURES = [
     Tensor("ctx_prompt_tokens", "TYPE_INT32", (1,)),
@@ -187,6 +188,9 @@ ORCH_INPUTS = [
     # stream stops it too, through Triton's request cancellation).
     Tensor("ctx_request_id", "TYPE_STRING", (1,), optional=True),
     Tensor("ctx_deadline_ms", "TYPE_INT32", (1,), optional=True),
+    # The offsets of the prompt template's own FIM markers: accepted for the wire contract; this path's
+    # preprocessor tokenizes with the tokenizer's own special-token matching (see docs/security.md).
+    Tensor("ctx_template_markers", "TYPE_INT32", (-1,), optional=True),
 ]
 ORCH_OUTPUTS = [Tensor("output_ids", "TYPE_INT32", (-1, -1)), Tensor("sequence_length", "TYPE_INT32", (-1,)), *FIGURES]
 
@@ -222,7 +226,8 @@ def ensemble_config(batch: int) -> str:
              "request_output_len": "_REQUEST_OUTPUT_LEN", "end_id": "_END_ID", "pad_id": "_PAD_ID",
              "stop_words_list": "_STOP_WORDS_IDS", "temperature": "temperature", "streaming": "stream",
              "ctx_cache_key": "ctx_cache_key", "ctx_speculation": "ctx_speculation",
-             "ctx_request_id": "ctx_request_id", "ctx_deadline_ms": "ctx_deadline_ms"},
+             "ctx_request_id": "ctx_request_id", "ctx_deadline_ms": "ctx_deadline_ms",
+             "ctx_template_markers": "ctx_template_markers"},
             {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH",
              **{f.name: f.name for f in FIGURES}},
         ),

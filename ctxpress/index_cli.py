@@ -103,6 +103,10 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
           f"{summary.vectors_computed:,} embedded, {summary.vectors_reused:,} vectors reused)")
     print(f"  time {summary.seconds:.1f}s ({', '.join(f'{k} {v:.1f}s' for k, v in summary.stage_seconds.items())}); "
           f"{processed / secs:,.1f} files/s, {summary.chunks_total / secs:,.1f} chunks/s")
+    if summary.secret_chunks:
+        print(f"  held back {len(summary.secret_chunks):,} chunks holding secrets (not embedded, not stored):")
+        for held in summary.secret_chunks[:10]:
+            print(f"    {held}")
     reasons = summary.skipped_by_reason()
     if reasons:
         print(f"  skipped {sum(reasons.values()):,}: " + ", ".join(f"{r} {n:,}" for r, n in reasons.most_common()))

@@ -268,13 +268,20 @@ class NatsPart(Part):
         # Team mode: the users and their permissions, a file of its own that `ctxpress users` rewrites
         # (nats-server resolves the include next to this file).
         users = f'include "{team.ensure_authorization_file(s).name}"\n' if team.team_mode(s) else ""
+        tls = ""
+        if team.tls_on(s):  # every client, the workers on loopback too: one listener, one rule
+            from ctxpress.tls import ensure_tls_files
+
+            files = ensure_tls_files(s)
+            tls = (f'tls {{ cert_file: {json.dumps(str(files.cert))}, key_file: {json.dumps(str(files.key))}, '
+                   "timeout: 2 }\n")
         config.write_text(
             f'server_name: "ctxpress"\n'
             f'listen: "{s.nats_bind_host or s.bind_host}:{s.nats_port}"\n'
             f'http: "{team.monitor_host(s)}:{s.nats_monitor_port}"\n'
             f"max_payload: {max(2 * s.max_request_bytes, 8 << 20)}\n"
             f'jetstream {{ store_dir: "{s.state_dir / "nats"}" }}\n'
-            f"{users}"
+            f"{users}{tls}"
         )
         binary = Path(sys.executable).parent / "nats-server"
         return [str(binary), "-c", str(config)]
@@ -299,7 +306,9 @@ class PostgresPart(Part):
         return self.settings.database_url is not None
 
     def address(self) -> str:
-        return self.settings.effective_database_url()
+        from sqlalchemy import make_url
+
+        return make_url(self.settings.effective_database_url()).render_as_string(hide_password=True)
 
     def pid(self) -> int | None:
         return self.server.pid()
@@ -308,7 +317,7 @@ class PostgresPart(Part):
         if self.external:
             from db.session import can_connect
 
-            return can_connect(self.address())
+            return can_connect(self.settings.effective_database_url())
         return _port_open(self.settings.bind_host, self.settings.postgres_port)
 
     def start(self, timeout_s: float) -> float:
@@ -319,7 +328,7 @@ class PostgresPart(Part):
             raise StartError(f"postgres: external database at {self.address()} does not answer")
         from db.migrations import migrate
 
-        migrate(self.address())
+        migrate(self.settings.effective_database_url())
         return time.perf_counter() - started
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -350,7 +359,7 @@ class TritonPart(Part):
         if self.external:
             host, _, port = self.address().rpartition(":")
             return _port_open(host, int(port))
-        base = f"http://{self.settings.bind_host}:{self.settings.triton_http_port}"
+        base = f"http://{self.settings.triton_bind_host}:{self.settings.triton_http_port}"
         # Every served model must be ready: a model's stub can fail after the server says ready.
         models = (protocol.COMPLETION_MODEL, protocol.EMBEDDING_MODEL)
         return _http_ok(f"{base}/v2/health/ready") and all(

@@ -32,8 +32,15 @@ class Settings(BaseSettings):
     nats_port: int = 4222
     nats_monitor_port: int = 8222
     # Where the embedded NATS listens (default: bind_host). A team appliance puts NATS alone on the network
-    # (e.g. 0.0.0.0) and keeps PostgreSQL and Triton, which ask for no password, on loopback.
+    # (e.g. 0.0.0.0) and keeps PostgreSQL, Triton and the metrics endpoints on loopback.
     nats_bind_host: str | None = None
+    # Team mode: TLS on the embedded NATS client port, for every client (the workers too). The server's
+    # certificate, its key and the CA that signed it are the operator's when set, otherwise generated under
+    # <home>/tls (ctxpress/tls.py). With an external NATS, nats_tls_ca is what the workers verify it with.
+    nats_tls: bool = True
+    nats_tls_cert: Path | None = None
+    nats_tls_key: Path | None = None
+    nats_tls_ca: Path | None = None
 
     # PostgreSQL
     database_url: str | None = None
@@ -44,6 +51,10 @@ class Settings(BaseSettings):
     triton_http_port: int = 8000
     triton_grpc_port: int = 8001
     triton_metrics_port: int = 8002
+    # Where the embedded Triton serves HTTP and gRPC, and where it and the completion worker serve Prometheus
+    # /metrics. None of them asks for a password, so they stay on loopback whatever bind_host says.
+    triton_bind_host: str = "127.0.0.1"
+    metrics_bind_host: str = "127.0.0.1"
     triton_timeout_s: float = 120.0  # a cold 2,048-token prompt takes ~30 s on 2 CPU cores
 
     # The CPU engine served by the embedded Triton
@@ -142,7 +153,12 @@ class Settings(BaseSettings):
         return self.state_dir / "models"
 
     def effective_nats_url(self) -> str:
-        return self.nats_url or f"nats://{self.nats_bind_host or self.bind_host}:{self.nats_port}"
+        if self.nats_url is not None:
+            return self.nats_url
+        host = self.nats_bind_host or self.bind_host
+        # Listening on every address: connect on loopback (an address its TLS certificate names).
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+        return f"nats://{host}:{self.nats_port}"
 
     def effective_draft_model_path(self) -> Path | None:
         """The draft model for speculative decoding, or None (off, or its package is missing)."""
@@ -158,13 +174,18 @@ class Settings(BaseSettings):
             return None
 
     def effective_triton_url(self) -> str:
-        return self.triton_url or f"{self.bind_host}:{self.triton_grpc_port}"
+        return self.triton_url or f"{self.triton_bind_host}:{self.triton_grpc_port}"
 
     def effective_database_url(self) -> str:
-        return self.database_url or f"postgresql+psycopg://postgres@{self.bind_host}:{self.postgres_port}/postgres"
+        """The external database, or the embedded one with the password it was initialised with."""
+        if self.database_url is not None:
+            return self.database_url
+        from db.embedded import database_url, stored_password
+
+        return database_url(self.bind_host, self.postgres_port, stored_password(self.state_dir / "postgres"))
 
     def metrics_url(self) -> str:
-        return f"http://{self.bind_host}:{self.triton_metrics_port}/metrics"
+        return f"http://{self.metrics_bind_host}:{self.triton_metrics_port}/metrics"
 
 
 def get_settings() -> Settings:

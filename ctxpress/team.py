@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -83,6 +83,25 @@ def team_mode(settings: Settings) -> bool:
     return not is_loopback(settings.nats_bind_host or settings.bind_host)
 
 
+def tls_on(settings: Settings) -> bool:
+    """TLS on the embedded NATS's client port: team mode, unless ``CTXPRESS_NATS_TLS=false``."""
+    return team_mode(settings) and settings.nats_tls and settings.nats_url is None
+
+
+def client_ca(settings: Settings) -> str | None:
+    """The CA certificate (PEM) clients verify this appliance's NATS with; None when NATS speaks plain text."""
+    from ctxpress.tls import TlsConfigError, ensure_tls_files
+
+    try:
+        if tls_on(settings):
+            return ensure_tls_files(settings).ca_pem()
+        if settings.nats_url is not None and settings.nats_tls_ca is not None:
+            return Path(settings.nats_tls_ca).expanduser().read_text()
+    except (TlsConfigError, OSError) as exc:
+        raise TeamConfigError(f"NATS TLS: {exc}") from None
+    return None
+
+
 def monitor_host(settings: Settings) -> str:
     """The embedded NATS monitoring endpoint lists connections and subjects: loopback only in team mode."""
     return "127.0.0.1" if team_mode(settings) else settings.bind_host
@@ -136,10 +155,20 @@ class NatsCredentials:
     nats_url: str
     user: str
     password: str
+    ca: str | None = None  # PEM: the CA that signed the server's TLS certificate (None: plain text)
 
     def connect_options(self) -> dict[str, Any]:
         """Keyword arguments for ``nats.connect`` (besides the URL)."""
-        return {"user": self.user, "password": self.password, "inbox_prefix": inbox_prefix(self.user)}
+        options: dict[str, Any] = {"user": self.user, "password": self.password,
+                                   "inbox_prefix": inbox_prefix(self.user)}
+        if self.ca is not None:
+            from ctxpress.tls import TlsConfigError, client_context
+
+            try:
+                options["tls"] = client_context(self.ca)
+            except TlsConfigError as exc:
+                raise TeamConfigError(f"credentials of {self.user}: {exc}") from None
+        return options
 
     def subject(self, kind: str) -> str:
         return user_subject(self.user, kind)
@@ -157,8 +186,11 @@ def bcrypt_hash(password: str, rounds: int) -> str:
 
 
 def credentials_text(credentials: NatsCredentials) -> str:
-    return json.dumps({"format": CREDENTIALS_FORMAT, "nats_url": credentials.nats_url, "user": credentials.user,
-                       "password": credentials.password}, indent=2) + "\n"
+    raw = {"format": CREDENTIALS_FORMAT, "nats_url": credentials.nats_url, "user": credentials.user,
+           "password": credentials.password}
+    if credentials.ca is not None:
+        raw["ca"] = credentials.ca
+    return json.dumps(raw, indent=2) + "\n"
 
 
 def write_credentials(path: Path, credentials: NatsCredentials) -> Path:
@@ -170,8 +202,9 @@ def write_credentials(path: Path, credentials: NatsCredentials) -> Path:
 def load_credentials(path: str | Path) -> NatsCredentials:
     """Read a credentials file written by ``ctxpress users add`` (``Settings.nats_credentials``).
 
-    JSON: ``{"format": "ctxpress-nats-credentials/1", "nats_url": "nats://host:4222", "user": "alice",
-    "password": "..."}``. Connect with ``nats.connect(c.nats_url, **c.connect_options())`` and send on
+    JSON: ``{"format": "ctxpress-nats-credentials/1", "nats_url": "tls://host:4222", "user": "alice",
+    "password": "...", "ca": "-----BEGIN CERTIFICATE-----..."}`` (``ca`` only when NATS speaks TLS).
+    Connect with ``nats.connect(c.nats_url, **c.connect_options())`` and send on
     ``c.subject("complete")`` etc. Raises ``TeamConfigError`` saying what is wrong with the file.
     """
     path = Path(path).expanduser()
@@ -191,7 +224,10 @@ def load_credentials(path: str | Path) -> NatsCredentials:
     missing = [k for k in ("nats_url", "user", "password") if not isinstance(raw.get(k), str) or not raw[k]]
     if missing:
         raise TeamConfigError(f"{path}: missing {', '.join(missing)}")
-    return NatsCredentials(raw["nats_url"], raw["user"], raw["password"])
+    ca = raw.get("ca")
+    if ca is not None and (not isinstance(ca, str) or "BEGIN CERTIFICATE" not in ca):
+        raise TeamConfigError(f"{path}: 'ca' is not a PEM certificate")
+    return NatsCredentials(raw["nats_url"], raw["user"], raw["password"], ca)
 
 
 def write_private_file(path: Path, text: str) -> None:
@@ -221,18 +257,23 @@ def public_nats_url(settings: Settings) -> str:
     host = settings.nats_bind_host or settings.bind_host
     if host in ("0.0.0.0", "::", ""):
         host = socket.getfqdn()
-    return f"nats://{host}:{settings.nats_port}"
+    return f"{'tls' if tls_on(settings) else 'nats'}://{host}:{settings.nats_port}"
 
 
 def ensure_service_credentials(settings: Settings) -> dict[str, NatsCredentials]:
     """The worker and hooks credentials of this appliance, created on first use under ``<home>/team``."""
     team_dir(settings).mkdir(parents=True, exist_ok=True, mode=0o700)
+    url, ca = public_nats_url(settings), client_ca(settings)
     found: dict[str, NatsCredentials] = {}
     for name in SERVICE_USERS:
         path = service_credentials_path(settings, name)
         if not path.exists():
-            write_credentials(path, NatsCredentials(public_nats_url(settings), name, new_password()))
-        found[name] = load_credentials(path)
+            write_credentials(path, NatsCredentials(url, name, new_password(), ca))
+        credentials = load_credentials(path)
+        if (credentials.nats_url, credentials.ca) != (url, ca):  # TLS switched on or off, a new certificate
+            credentials = replace(credentials, nats_url=url, ca=ca)
+            write_credentials(path, credentials)
+        found[name] = credentials
     return found
 
 
@@ -249,7 +290,8 @@ def service_credentials(settings: Settings) -> NatsCredentials:
             f"team mode: NATS at {settings.nats_url} needs authentication, and CTXPRESS_NATS_CREDENTIALS is not set "
             f"(point it at the worker credentials, {service_credentials_path(settings, WORKER_USER)} where "
             "`ctxpress users` runs; see docs/security.md)")
-    return load_credentials(settings.nats_credentials)
+    credentials = load_credentials(settings.nats_credentials)
+    return credentials if credentials.ca is not None else replace(credentials, ca=client_ca(settings))
 
 
 def service_connect_options(settings: Settings) -> dict[str, Any]:
@@ -373,8 +415,8 @@ def reload_nats(settings: Settings, timeout_s: float = 10.0) -> bool:
                           f"see {settings.log_dir / 'nats.log'}")
 
 
-def server_requires_auth(url: str, timeout_s: float = 2.0) -> bool:
-    """Whether the (first) NATS server of ``url`` says ``auth_required`` in its INFO greeting."""
+def server_info(url: str, timeout_s: float = 2.0) -> dict[str, Any]:
+    """The INFO greeting of the (first) NATS server of ``url`` (sent in plain text before any TLS)."""
     server = url.split(",")[0].strip()
     parts = urlsplit(server if "://" in server else f"nats://{server}")
     with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222), timeout=timeout_s) as sock:
@@ -387,7 +429,12 @@ def server_requires_auth(url: str, timeout_s: float = 2.0) -> bool:
     line = data.split(b"\r\n", 1)[0]
     if not line.startswith(b"INFO "):
         raise TeamConfigError(f"NATS at {server} did not greet with INFO: {line[:60]!r}")
-    return bool(json.loads(line[5:]).get("auth_required"))
+    return dict(json.loads(line[5:]))
+
+
+def server_requires_auth(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether the (first) NATS server of ``url`` says ``auth_required`` in its INFO greeting."""
+    return bool(server_info(url, timeout_s).get("auth_required"))
 
 
 # --- `ctxpress up` in team mode ----------------------------------------------------------------------------
@@ -395,7 +442,7 @@ def server_requires_auth(url: str, timeout_s: float = 2.0) -> bool:
 
 def prepare_up(settings: Settings) -> None:
     """Before any part starts: the credentials the parts will use, and the block the embedded NATS includes."""
-    ensure_service_credentials(settings)
+    ensure_service_credentials(settings)  # creates the TLS files too, when TLS is on
     if settings.nats_url is None:
         ensure_authorization_file(settings)
     else:
@@ -406,12 +453,15 @@ def after_part_started(settings: Settings, name: str, report: Callable[[str], No
     if name == "nats":
         url = settings.effective_nats_url()
         try:
-            protected = server_requires_auth(url)
+            info = server_info(url)
         except OSError as exc:
             raise TeamConfigError(f"cannot read the greeting of NATS at {url}: {exc}") from None
-        if not protected:
-            hint = " (started before team mode was on? `ctxpress down` first)" if settings.nats_url is None else ""
+        hint = " (started before team mode was on? `ctxpress down` first)" if settings.nats_url is None else ""
+        if not info.get("auth_required"):
             raise TeamConfigError(f"team mode: NATS at {url} lets clients in without authentication; refusing to "
                                   f"serve a team on it{hint} (see docs/security.md)")
+        if tls_on(settings) and not info.get("tls_required"):
+            raise TeamConfigError(f"team mode: NATS at {url} speaks plain text; refusing to serve a team on it{hint} "
+                                  "(see docs/security.md)")
     elif name == "postgres" and settings.nats_url is None:
         sync_authorization(settings, report)  # the developers added while the appliance was down

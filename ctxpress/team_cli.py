@@ -63,7 +63,8 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
             password = team.new_password()
             store.add_user(url, name, team.bcrypt_hash(password, team.DEVELOPER_BCRYPT_ROUNDS), args.repos)
             team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
-            credentials = team.NatsCredentials(args.url or team.public_nats_url(settings), name, password)
+            credentials = team.NatsCredentials(args.url or team.public_nats_url(settings), name, password,
+                                               team.client_ca(settings))
             _emit(team.credentials_text(credentials), args.out, f"the credentials of {name}")
             print(f"added {name} with {', '.join(args.repos)}; the editor reads the file through "
                   "CTXPRESS_NATS_CREDENTIALS (the password is not stored anywhere else)", file=sys.stderr)

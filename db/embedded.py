@@ -6,6 +6,13 @@ because the wrapper stops the server when the starting process exits (atexit) wh
 to run as root, so a system user owns the data directory; it would listen on a Unix
 socket only, so we pass a TCP address; its socket and lock go under our state
 directory rather than ``XDG_RUNTIME_DIR``.
+
+Every connection proves a password (scram-sha-256): anyone else on the host could otherwise
+read the index (everyone's code) and the telemetry. The password is generated once, kept in
+``<root>/password`` (mode 0600, owned by the user running ``ctxpress``, unreadable by the
+server's system user) and put into the database URL (``Settings.effective_database_url``). A data
+directory initialised with ``trust`` by an earlier version is migrated when it starts: the
+password is set while trust still lets us in, then ``pg_hba.conf`` is replaced and reloaded.
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import pwd
+import secrets
 import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 
 def _bin_path() -> Path:
@@ -30,6 +39,16 @@ def _bin_path() -> Path:
 POSTGRES_BIN_PATH = _bin_path()
 SYSTEM_USER = "ctxpress_pg"  # PostgreSQL will not run as root
 DB_USER = "postgres"
+PASSWORD_FILE = "password"
+# The listen address decides who can reach the server; whoever reaches it must know the password.
+HBA_CONF = """# Written by ctxpress (db/embedded.py): every connection proves the password.
+local   all          all                 scram-sha-256
+host    all          all   0.0.0.0/0     scram-sha-256
+host    all          all   ::/0          scram-sha-256
+local   replication  all                 scram-sha-256
+host    replication  all   127.0.0.1/32  scram-sha-256
+host    replication  all   ::1/128       scram-sha-256
+"""
 
 
 class PostgresError(RuntimeError):
@@ -90,8 +109,23 @@ class EmbeddedPostgres:
     def log_file(self) -> Path:
         return self.root / "postgres.log"
 
+    @property
+    def password_file(self) -> Path:
+        return self.root / PASSWORD_FILE
+
+    def password(self) -> str:
+        """The superuser's password, generated (192 random bits) and stored owner-only on first use."""
+        if not self.password_file.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = self.root / f".{PASSWORD_FILE}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(24) + "\n")
+            tmp.replace(self.password_file)
+        return self.password_file.read_text().strip()
+
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql+psycopg://{DB_USER}@{self.host}:{self.port}/{database}"
+        return database_url(self.host, self.port, self.password(), database)
 
     def _run(self, tool: str, args: list[str], timeout: float = 60) -> str:
         user = _ensure_system_user()
@@ -112,7 +146,8 @@ class EmbeddedPostgres:
             raise PostgresError(f"{tool} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
         return proc.stdout
 
-    def prepare(self) -> None:
+    def prepare_directories(self) -> pwd.struct_passwd | None:
+        """The state folders, owned by the server's system user when we run as root."""
         user = _ensure_system_user()
         self.root.mkdir(parents=True, exist_ok=True)
         self.socket_dir.mkdir(exist_ok=True)
@@ -123,12 +158,40 @@ class EmbeddedPostgres:
                 os.chown(path, user.pw_uid, user.pw_gid)
             if self.log_file.exists():
                 os.chown(self.log_file, user.pw_uid, user.pw_gid)
+        return user
+
+    def prepare(self) -> None:
+        user = self.prepare_directories()
         if not (self.pgdata / "PG_VERSION").exists():
-            self._run(
-                "initdb",
-                ["-D", str(self.pgdata), "--auth=trust", "--encoding=UTF8", "--locale=C", "-U", DB_USER],
-                timeout=180,
-            )
+            # initdb reads the password from a file; the server's system user must be able to read this copy.
+            pwfile = self.root / ".initdb-password"
+            fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(self.password() + "\n")
+            try:
+                if user is not None:
+                    os.chown(pwfile, user.pw_uid, user.pw_gid)
+                self._run(
+                    "initdb",
+                    ["-D", str(self.pgdata), "--auth=scram-sha-256", f"--pwfile={pwfile}", "--encoding=UTF8",
+                     "--locale=C", "-U", DB_USER],
+                    timeout=180,
+                )
+            finally:
+                pwfile.unlink(missing_ok=True)
+            self.hba_file.write_text(HBA_CONF)
+
+    @property
+    def hba_file(self) -> Path:
+        return self.pgdata / "pg_hba.conf"
+
+    def trusts(self) -> bool:
+        """Whether the server lets some connection in without a password (a data directory from before)."""
+        try:
+            lines = self.hba_file.read_text().splitlines()
+        except OSError:
+            return False
+        return any(line.split()[-1:] == ["trust"] for line in lines if not line.lstrip().startswith("#"))
 
     def start(self, timeout_s: float = 60) -> None:
         self.prepare()
@@ -138,6 +201,22 @@ class EmbeddedPostgres:
             ["-D", str(self.pgdata), "-l", str(self.log_file), "-o", options, "-w", "-t", str(int(timeout_s)), "start"],
             timeout=timeout_s + 10,
         )
+        if self.trusts():
+            self.require_password()
+
+    def require_password(self) -> None:
+        """Migrate a running ``trust`` server: set the password (trust still lets us in), then demand it."""
+        import psycopg
+        from psycopg import sql
+
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else "::1" if self.host == "::" else self.host
+        with psycopg.connect(host=host, port=self.port, user=DB_USER, dbname="postgres", connect_timeout=10,
+                             autocommit=True) as conn:
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(DB_USER),
+                                                                    sql.Literal(self.password())))
+        self.hba_file.write_text(HBA_CONF)
+        self._run("pg_ctl", ["-D", str(self.pgdata), "reload"])
 
     def stop(self, timeout_s: float = 30) -> None:
         if not self.is_running():
@@ -161,3 +240,16 @@ class EmbeddedPostgres:
 
     def is_running(self) -> bool:
         return self.pid() is not None
+
+
+def database_url(host: str, port: int, password: str | None, database: str = "postgres") -> str:
+    login = f"{DB_USER}:{quote(password, safe='')}" if password else DB_USER
+    return f"postgresql+psycopg://{login}@{host}:{port}/{database}"
+
+
+def stored_password(root: Path) -> str | None:
+    """The password ``EmbeddedPostgres`` generated under ``root``, None before the first ``ctxpress up``."""
+    try:
+        return (root / PASSWORD_FILE).read_text().strip() or None
+    except OSError:
+        return None

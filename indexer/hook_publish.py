@@ -149,12 +149,13 @@ def split_messages(event: dict[str, object], changes: list[dict[str, str | None]
             for i, g in enumerate(groups)]
 
 
-def read_credentials(path: str) -> tuple[str, str, str]:
-    """(url, user, password) of a ctxpress credentials file (what ctxpress.team.load_credentials reads; JSON, so
-    the standard library is enough)."""
+def read_credentials(path: str) -> tuple[str, str, str, str | None]:
+    """(url, user, password, CA certificate or None) of a ctxpress credentials file (what
+    ctxpress.team.load_credentials reads; JSON, so the standard library is enough)."""
     try:
         raw = json.loads(Path(path).read_text())
-        return str(raw["nats_url"]), str(raw["user"]), str(raw["password"])
+        ca = raw.get("ca")
+        return str(raw["nats_url"]), str(raw["user"]), str(raw["password"]), str(ca) if ca else None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise PublishError(f"unusable credentials file {path}: {exc}") from None
 
@@ -162,10 +163,11 @@ def read_credentials(path: str) -> tuple[str, str, str]:
 class TinyNats:
     """Just enough of the NATS client protocol to publish and wait for JetStream's acks."""
 
-    def __init__(self, url: str, user: str | None = None, password: str | None = None) -> None:
+    def __init__(self, url: str, user: str | None = None, password: str | None = None, ca: str | None = None) -> None:
+        """``ca``: the PEM certificate that signed the server's, when it speaks TLS (a team appliance)."""
         parts = urlsplit(url if "://" in url else f"nats://{url}")
-        if parts.scheme not in ("nats", "tcp", ""):
-            raise PublishError(f"the hook speaks plain nats:// only, not {parts.scheme}://")
+        if parts.scheme not in ("nats", "tls", "tcp", ""):
+            raise PublishError(f"the hook speaks nats:// and tls:// only, not {parts.scheme}://")
         self.address = (parts.hostname or "127.0.0.1", parts.port or 4222)
         self.user, self.password = user or parts.username, password or parts.password
         self.sock = socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
@@ -174,8 +176,12 @@ class TinyNats:
         if not info.startswith(b"INFO "):
             raise PublishError(f"unexpected greeting from {url}: {info[:60]!r}")
         self.info = json.loads(info[5:])
-        if self.info.get("tls_required"):
-            raise PublishError("the server requires TLS, which the hook does not speak")
+        if self.info.get("tls_required") or parts.scheme == "tls":
+            import ssl
+
+            # Verified against the appliance's CA (or the system's), for the host the URL names.
+            context = ssl.create_default_context(cadata=ca) if ca else ssl.create_default_context()
+            self.sock = context.wrap_socket(self.sock, server_hostname=self.address[0])
         options: dict[str, object] = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True,
                                       "name": "ctxpress-git-hook", "lang": "python", "version": "1", "protocol": 1}
         if self.user and self.password:
@@ -272,8 +278,8 @@ def main(argv: list[str]) -> int:
         event = {"repository": args.repository, "commit": new, "previous": old, "hook": args.hook,
                  "published_at": STARTED}
         if args.credentials:
-            args.nats, user, password = read_credentials(args.credentials)
-            client = TinyNats(args.nats, user, password)
+            args.nats, user, password, ca = read_credentials(args.credentials)
+            client = TinyNats(args.nats, user, password, ca)
         else:
             client = TinyNats(args.nats)
         try:

@@ -28,6 +28,7 @@ from db.session import engine_for
 from indexer.chunks import Chunk, ChunkingError, FileChunks, chunk_file
 from indexer.embeddings import TritonEmbedder
 from indexer.filters import DEFAULT_MAX_FILE_BYTES
+from indexer.secret_scan import TooLargeToScan, drop_secret_chunks
 from indexer.walk import (
     Skipped,
     SourceFile,
@@ -69,6 +70,7 @@ class IndexSummary:
     vectors_reused: int = 0
     stale_events: int = 0  # older than what the index already holds
     skipped: list[Skipped] = field(default_factory=list)
+    secret_chunks: list[str] = field(default_factory=list)  # held back: "path:symbol: kind, line N", no value
     seconds: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -84,6 +86,7 @@ class IndexSummary:
             "vectors_reused": self.vectors_reused, "stale_events": self.stale_events,
             "skipped": dict(self.skipped_by_reason()),
             "skipped_files": [{"path": s.path, "reason": s.reason} for s in self.skipped],
+            "secret_chunks": len(self.secret_chunks), "secret_chunks_held": self.secret_chunks,
             "seconds": round(self.seconds, 3),
             "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
         }
@@ -263,6 +266,13 @@ class Indexer:
             reason = f"cannot be chunked: {type(exc).__name__}"
             summary.skipped.append(Skipped(change.path, reason))
             return _Planned(change, None, reason)
+        try:  # a chunk holding a secret is neither embedded nor stored
+            fc.chunks, held = drop_secret_chunks(item.path, item.text, fc.chunks)
+        except TooLargeToScan as exc:
+            reason = f"cannot be checked for secrets: {exc}"
+            summary.skipped.append(Skipped(change.path, reason))
+            return _Planned(change, None, reason)
+        summary.secret_chunks.extend(held)
         summary.chunks_total += len(fc.chunks)
         if row is not None and not row.deleted and row.content_hash == fc.content_hash and change.seq is None:
             summary.files_unchanged += 1

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from serving.fim import TEMPLATE_MARKERS
 from serving.kv_disk import KVDiskTier
 from serving.kv_pool import KVPool, common_prefix
 from serving.speculation import Ema, SpeculationChoice, SpeculationPolicy, ngram_proposal
@@ -164,8 +165,24 @@ class _Runner:
         self.kv_type = kv_type
         self._piece = ctypes.create_string_buffer(256)
 
-    def tokenize(self, text: str) -> list[int]:
-        return self.model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+    def tokenize(self, text: str, markers: Sequence[int] | None = None) -> list[int]:
+        """``markers``: offsets of the template's special tokens (serving.fim.TEMPLATE_MARKERS); the rest is
+        text, never parsed for special tokens. None: the whole of ``text`` is (a caller that built it all)."""
+        if markers is None:
+            return self.model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        tokens: list[int] = []
+        done = 0
+        for at in sorted(m for m in markers if m >= 0):
+            marker = next((m for m in TEMPLATE_MARKERS if text.startswith(m, at)), None)
+            if marker is None or at < done:
+                raise ValueError(f"no template marker at offset {at} of the prompt")
+            if at > done:
+                tokens += self.model.tokenize(text[done:at].encode("utf-8"), add_bos=False, special=False)
+            tokens += self.model.tokenize(marker.encode("utf-8"), add_bos=False, special=True)
+            done = at + len(marker)
+        if done < len(text):
+            tokens += self.model.tokenize(text[done:].encode("utf-8"), add_bos=False, special=False)
+        return tokens
 
     def token_bytes(self, token: int) -> bytes:
         n = self._C.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, False)
@@ -383,8 +400,8 @@ class LlamaEngine:
         if hasattr(self, "policy"):
             self.policy.draft_available = False
 
-    def tokenize(self, text: str) -> list[int]:
-        return self.target.tokenize(text)
+    def tokenize(self, text: str, markers: Sequence[int] | None = None) -> list[int]:
+        return self.target.tokenize(text, markers)
 
     def top2_margin(self, prompt: str, continuation: Sequence[int]) -> float:
         """Logit gap between the target's two best next tokens after ``prompt`` + ``continuation``,
@@ -440,6 +457,7 @@ class LlamaEngine:
         give_way: Callable[[], bool] | None = None,
         carried: GaveWay | None = None,
         tokens: list[int] | None = None,
+        markers: Sequence[int] | None = None,
     ) -> Iterator[GenerationChunk]:
         """Stream the completion; the last chunk has ``final=True`` and the full figures.
 
@@ -449,13 +467,14 @@ class LlamaEngine:
         does not depend on it. ``give_way``: asked between chunks of prompt processing; True
         stops it with ``GaveWay`` (before any text). ``carried``: the ``GaveWay`` of this
         request's earlier attempt (its tokens are counted as processed, not as cached).
-        ``tokens``: ``prompt`` already tokenized (by a caller that estimated its cost).
+        ``tokens``: ``prompt`` already tokenized (by a caller that estimated its cost). ``markers``: where
+        the template's special tokens are (``tokenize``); None parses the whole prompt for them.
         """
         mode = speculation or self.config.speculation
         if mode not in SPECULATION_MODES:
             raise ValueError(f"unknown speculation mode {mode!r}")
         with self._lock:
-            yield from self._generate_locked(self.tokenize(prompt) if tokens is None else tokens, max_tokens,
+            yield from self._generate_locked(self.tokenize(prompt, markers) if tokens is None else tokens, max_tokens,
                                              temperature, stop, cache_key, mode, give_way, carried)
 
     def expected_ms(self, tokens: Sequence[int], cache_key: str | None, max_tokens: int) -> float:

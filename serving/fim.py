@@ -25,6 +25,27 @@ STOP_WORDS: tuple[str, ...] = (
 )
 
 
+# The special tokens this template writes into a prompt. Anywhere else in a prompt, the same strings are text: a
+# file may contain "<|fim_middle|>" (this very module does), and read as the special token it would end the
+# prompt's prefix early and steer the model. The worker sends the offsets of its own markers with the prompt
+# (``fim_markers``, protocol.CTX_TEMPLATE_MARKERS); the engine parses special tokens only there.
+TEMPLATE_MARKERS: tuple[str, ...] = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
+
+
+def fim_markers(prefix: str, suffix: str, *, suffix_first: bool = False, middle_from: int | None = None,
+                within: int | None = None) -> tuple[int, ...]:
+    """Where ``fim_prompt`` (same arguments) puts its markers: character offsets into the prompt. ``within``:
+    only the markers wholly inside the prompt's first ``within`` characters (a head of it)."""
+    if suffix_first:
+        spans = [(0, FIM_SUFFIX), (len(FIM_SUFFIX) + len(suffix), FIM_PREFIX),
+                 (len(FIM_SUFFIX) + len(suffix) + len(FIM_PREFIX) + len(prefix), FIM_MIDDLE)]
+    else:
+        cut = len(prefix) if middle_from is None else max(0, min(middle_from, len(prefix)))
+        at_suffix = len(FIM_PREFIX) + cut
+        spans = [(0, FIM_PREFIX), (at_suffix, FIM_SUFFIX), (at_suffix + len(FIM_SUFFIX) + len(suffix), FIM_MIDDLE)]
+    return tuple(at for at, marker in spans if within is None or at + len(marker) <= within)
+
+
 def fim_prompt(prefix: str, suffix: str, *, suffix_first: bool = False, middle_from: int | None = None) -> str:
     """Prefix-suffix-middle order (PSM, what the model card shows), or suffix-prefix-middle.
 

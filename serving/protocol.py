@@ -30,6 +30,11 @@ CTX_CACHE_KEY = "ctx_cache_key"
 CTX_SPECULATION = "ctx_speculation"
 CTX_REQUEST_ID = "ctx_request_id"
 CTX_DEADLINE_MS = "ctx_deadline_ms"
+# Character offsets in ``text_input`` where the prompt template's own special tokens (serving.fim.TEMPLATE_MARKERS)
+# begin; everything else is text, tokenized with special tokens off, so a file containing "<|fim_middle|>" cannot
+# steer the model. Absent: the whole input is parsed for special tokens (what a TensorRT-LLM ensemble does).
+# Negative offsets are ignored (a prompt without markers sends [-1]).
+CTX_TEMPLATE_MARKERS = "ctx_template_markers"
 # A second model of the embedded server: ``ctx_request_id`` in, the request is abandoned (dropped
 # from the engine's queue, or stopped at its next prompt chunk or decode step, its KV kept).
 CANCEL_MODEL = "ctxpress_cancel"
@@ -50,6 +55,7 @@ COMPLETION_INPUTS: tuple[TensorSpec, ...] = (
     # still waits when it sends it: past that nobody reads the answer, so the engine drops it.
     TensorSpec(CTX_REQUEST_ID, "BYTES", (1,), optional=True),
     TensorSpec(CTX_DEADLINE_MS, "INT32", (1,), optional=True),
+    TensorSpec(CTX_TEMPLATE_MARKERS, "INT32", (-1,), optional=True),
 )
 
 # Outputs the worker reads.

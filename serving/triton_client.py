@@ -58,7 +58,8 @@ _FIGURE_NAMES = (
 
 def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str],
             stream: bool, cache_key: str | None = None, speculation: str | None = None,
-            request_id: str | None = None, deadline_ms: int | None = None) -> list[grpcclient.InferInput]:
+            request_id: str | None = None, deadline_ms: int | None = None,
+            template_markers: Sequence[int] | None = None) -> list[grpcclient.InferInput]:
     def make(name: str, dtype: str, value: np.ndarray) -> grpcclient.InferInput:
         tensor = grpcclient.InferInput(name, list(value.shape), dtype)
         tensor.set_data_from_numpy(value)
@@ -81,6 +82,9 @@ def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequen
         tensors.append(make(protocol.CTX_REQUEST_ID, "BYTES", np.array([[request_id.encode()]], dtype=object)))
     if deadline_ms is not None:
         tensors.append(make(protocol.CTX_DEADLINE_MS, "INT32", np.array([[max(deadline_ms, 1)]], dtype=np.int32)))
+    if template_markers is not None:
+        tensors.append(make(protocol.CTX_TEMPLATE_MARKERS, "INT32",
+                            np.array([list(template_markers) or [-1]], dtype=np.int32)))
     return tensors
 
 
@@ -106,11 +110,14 @@ class TritonCompletionClient:
         cache_key: str | None = None,
         speculation: str | None = None,
         request_id: str | None = None,
+        template_markers: Sequence[int] | None = None,
     ) -> CompletionResult:
         """``cache_key``: the file the prompt belongs to (the engine keeps its KV); ``speculation``:
         the speculative decoding mode for this request (None: the engine's default);
         ``request_id``: lets a cancelled or timed-out call stop the engine's work on it (the engine
-        is also told ``timeout_s``, past which it drops the request by itself)."""
+        is also told ``timeout_s``, past which it drops the request by itself); ``template_markers``: where
+        in ``prompt`` the template put its special tokens (serving.fim.fim_markers): the engine reads every
+        other character as text, so a file's own "<|fim_middle|>" cannot steer the model."""
         started = time.perf_counter()
         result = CompletionResult(text="")
         pieces: list[str] = []
@@ -118,7 +125,7 @@ class TritonCompletionClient:
             async with asyncio.timeout(timeout_s):
                 async for text, figures, finish in self._stream(prompt, max_tokens, temperature, stop_words,
                                                                 cache_key, speculation, request_id,
-                                                                int(timeout_s * 1000)):
+                                                                int(timeout_s * 1000), template_markers):
                     if text and not pieces:
                         result.first_token_ms = (time.perf_counter() - started) * 1000
                     if text:
@@ -166,10 +173,11 @@ class TritonCompletionClient:
     async def _stream(
         self, prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str],
         cache_key: str | None = None, speculation: str | None = None, request_id: str | None = None,
-        deadline_ms: int | None = None,
+        deadline_ms: int | None = None, template_markers: Sequence[int] | None = None,
     ) -> AsyncIterator[tuple[str, dict[str, int], str | None]]:
         inputs = _inputs(prompt, max_tokens, temperature, stop_words, stream=True, cache_key=cache_key,
-                         speculation=speculation, request_id=request_id, deadline_ms=deadline_ms)
+                         speculation=speculation, request_id=request_id, deadline_ms=deadline_ms,
+                         template_markers=template_markers)
 
         async def requests() -> AsyncIterator[dict[str, object]]:
             yield {"model_name": self.model, "inputs": inputs, "enable_empty_final_response": True}

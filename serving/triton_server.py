@@ -243,9 +243,10 @@ class CompletionModel:
                 except Exception:  # e.g. the caller's event loop closed: the next requests still run
                     log.exception("a request's job failed outside the engine")
 
-    def _estimate(self, prompt: str, cache_key: str | None, max_tokens: int) -> tuple[list[int], float]:
+    def _estimate(self, prompt: str, markers: list[int] | None, cache_key: str | None,
+                  max_tokens: int) -> tuple[list[int], float]:
         """The prompt's tokens and its expected service time in seconds."""
-        tokens = self.engine.tokenize(prompt)
+        tokens = self.engine.tokenize(prompt, markers)
         return tokens, self.engine.expected_ms(tokens, cache_key, max_tokens) / 1000
 
     def _due_before(self, deadline: float) -> bool:
@@ -265,6 +266,8 @@ class CompletionModel:
         cache_key = _text(inputs, protocol.CTX_CACHE_KEY) or None
         speculation = _text(inputs, protocol.CTX_SPECULATION) or None
         budget_ms = int(_scalar(inputs, protocol.CTX_DEADLINE_MS, 0))
+        raw_markers = inputs.get(protocol.CTX_TEMPLATE_MARKERS)
+        markers = None if raw_markers is None else [int(m) for m in np.asarray(raw_markers).reshape(-1)]
         watch = self.abandoned.watch(_text(inputs, protocol.CTX_REQUEST_ID) or None,
                                      time.monotonic() + budget_ms / 1000 if budget_ms > 0 else None)
 
@@ -275,7 +278,8 @@ class CompletionModel:
         cost_s, tokens = 0.0, None
         if by_deadline:
             try:  # tokenizing is CPU work: off the event loop (the engine then uses these tokens)
-                tokens, cost_s = await loop.run_in_executor(None, self._estimate, prompt, cache_key, max_tokens)
+                tokens, cost_s = await loop.run_in_executor(None, self._estimate, prompt, markers, cache_key,
+                                                            max_tokens)
             except Exception as exc:  # the engine reports a bad prompt itself; admitted in arrival order
                 log.debug("no cost estimate: %s", exc)
         ticket: list[Ticket] = []  # set once queued (the engine may start before _submit returns)
@@ -303,7 +307,7 @@ class CompletionModel:
                 chunks = self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop,
                                               cache_key=cache_key, speculation=speculation,
                                               give_way=give_way if (by_deadline or watch.watched) else None,
-                                              carried=carried, tokens=tokens)
+                                              carried=carried, tokens=tokens, markers=markers)
                 for chunk in chunks:
                     if not chunk.final and watch.abandoned():
                         chunks.close()  # stops between decode steps; the KV so far stays in the pool
@@ -410,11 +414,11 @@ def serve(settings: Settings, model_path: Path) -> int:
     llama = LlamaEngine(engine)
     workspace = short_workspace_path(settings.state_dir / "triton")
     config = TritonConfig(
-        http_address=settings.bind_host,
+        http_address=settings.triton_bind_host,
         http_port=settings.triton_http_port,
-        grpc_address=settings.bind_host,
+        grpc_address=settings.triton_bind_host,
         grpc_port=settings.triton_grpc_port,
-        metrics_address=settings.bind_host,
+        metrics_address=settings.metrics_bind_host,
         metrics_port=settings.triton_metrics_port,
         allow_metrics=True,
         allow_cpu_metrics=True,
@@ -437,7 +441,7 @@ def serve(settings: Settings, model_path: Path) -> int:
 
     bind_embedder(triton, settings)
     triton.run()
-    log.info("Triton ready: grpc %s:%s, metrics :%s", settings.bind_host, settings.triton_grpc_port,
+    log.info("Triton ready: grpc %s:%s, metrics :%s", settings.triton_bind_host, settings.triton_grpc_port,
              settings.triton_metrics_port)
     status = 0
     while not stop.wait(1.0):

@@ -1,12 +1,15 @@
-"""Real services for the team-mode tests, lighter than the session appliance: an embedded PostgreSQL and the
-embedded nats-server started by ``NatsPart`` from the configuration team mode writes (no Triton, no model)."""
+"""Real services for the team-mode tests: an embedded PostgreSQL and the embedded nats-server started by
+``NatsPart`` from the configuration team mode writes (no Triton, no model), or a whole team appliance."""
 
 from __future__ import annotations
 
+import json
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ctxpress import team
 from ctxpress.services import NatsPart
@@ -14,7 +17,7 @@ from ctxpress.settings import Settings
 from db import team as store
 from db.embedded import EmbeddedPostgres
 from db.migrations import migrate
-from tests.conftest import free_ports
+from tests.conftest import Appliance, appliance_env, ctxpress, free_ports, settings_from_env
 
 
 @contextmanager
@@ -56,4 +59,38 @@ def add_developer(settings: Settings, name: str, repositories: list[str]) -> tea
     password = team.new_password()
     store.add_user(settings.effective_database_url(), name, team.bcrypt_hash(password, 4), repositories)
     team.sync_authorization(settings, lambda line: None)
-    return team.NatsCredentials(settings.effective_nats_url(), name, password)
+    return team.NatsCredentials(settings.effective_nats_url(), name, password, team.client_ca(settings))
+
+
+def plain_text_login(url: str, user: str, password: str) -> tuple[dict[str, Any], bytes]:
+    """A client that logs in without TLS, speaking the NATS protocol by hand (nats-py would upgrade on its own):
+    the server's INFO, and what it answers to CONNECT + PING (``+PONG`` when it let the client in)."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222), timeout=5) as sock:
+        greeting = sock.recv(65536)
+        info = json.loads(greeting.split(b"\r\n", 1)[0][5:])
+        connect = {"verbose": False, "pedantic": False, "user": user, "pass": password, "protocol": 1}
+        try:
+            sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+                if b"PONG" in answer:
+                    break
+        except (ConnectionResetError, BrokenPipeError, TimeoutError) as exc:
+            answer = f"connection closed: {exc}".encode()
+    return info, answer
+
+
+@contextmanager
+def team_appliance(home: Path, model: Path, **extra: str) -> Iterator[Appliance]:
+    """A whole appliance in team mode started by `ctxpress up` (Triton and the model included), NATS on every
+    address of this machine as a team would run it; `ctxpress down` at the end."""
+    env = appliance_env(home, model, CTXPRESS_TEAM="true", CTXPRESS_NATS_BIND_HOST="0.0.0.0", **extra)
+    started = ctxpress(env, "up")
+    try:
+        if started.returncode != 0:
+            raise RuntimeError(f"ctxpress up (team mode) failed:\n{started.stdout}\n{started.stderr}")
+        yield Appliance(env, settings_from_env(env))
+    finally:
+        ctxpress(env, "down")

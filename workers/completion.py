@@ -53,7 +53,7 @@ from ctxpress.wire.v1 import (
 from indexer.embeddings import AsyncTritonEmbedder
 from indexer.symbols import warm_up
 from serving import protocol
-from serving.fim import FIM_PREFIX, FIM_SUFFIX, STOP_WORDS, fim_prompt
+from serving.fim import FIM_PREFIX, FIM_SUFFIX, STOP_WORDS, fim_markers, fim_prompt
 from serving.triton_client import (
     InferenceTimeout,
     InferenceUnavailable,
@@ -360,13 +360,16 @@ class CompletionService:
         middle_from = _middle_from(request, prepared)
         if features["suffix_first"]:
             head = FIM_SUFFIX + prepared.suffix + FIM_PREFIX + stable
+            markers = fim_markers(stable, prepared.suffix, suffix_first=True, within=len(head))
         elif middle_from is not None:
             prompt = fim_prompt(prepared.prefix, prepared.suffix, middle_from=middle_from)
             head = prompt[:len(prompt) - (len(prepared.prefix) - middle_from)]
+            markers = fim_markers(prepared.prefix, prepared.suffix, middle_from=middle_from, within=len(head))
         else:
             head = FIM_PREFIX + stable
+            markers = (0,)
         result = await self.triton.complete(
-            head,
+            head, template_markers=markers,
             max_tokens=0, timeout_s=self.settings.triton_timeout_s,
             cache_key=self._cache_key(request, features, caller), speculation="none")
         metrics.PREWARMED_TOKENS.inc(result.figures.get(protocol.CTX_PROMPT_TOKENS, 0))
@@ -579,9 +582,11 @@ class CompletionService:
         try:
             with self.engine_load.track():
                 suffix_first = request.mode == "optimized" and prepared.features.get("suffix_first", False)
+                middle_from = _middle_from(request, prepared)
                 result = await self.triton.complete(
-                    fim_prompt(prepared.prefix, prepared.suffix, suffix_first=suffix_first,
-                               middle_from=_middle_from(request, prepared)),
+                    fim_prompt(prepared.prefix, prepared.suffix, suffix_first=suffix_first, middle_from=middle_from),
+                    template_markers=fim_markers(prepared.prefix, prepared.suffix, suffix_first=suffix_first,
+                                                 middle_from=middle_from),
                     max_tokens=request.max_tokens,
                     stop_words=STOP_WORDS,
                     timeout_s=left_s,
@@ -697,7 +702,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     telemetry = TelemetryWriter(settings.effective_database_url())
     telemetry.start()
     if settings.worker_metrics_port:
-        start_http_server(settings.worker_metrics_port, addr=settings.bind_host)
+        start_http_server(settings.worker_metrics_port, addr=settings.metrics_bind_host)
     retriever = Retriever(settings.effective_database_url(), AsyncTritonEmbedder(settings.effective_triton_url()),
                           timeout_ms=settings.retrieval_timeout_ms, top_k=settings.retrieval_top_k,
                           min_similarity=settings.retrieval_min_similarity)

@@ -82,6 +82,7 @@ class WorkerStats:
     files_indexed: int = 0
     file_passes: Counter[str] = field(default_factory=Counter)  # "repo:path" -> passes (coalescing check)
     stale_events: int = 0
+    secret_chunks: int = 0  # chunks held back because they hold a secret (indexer/secret_scan.py)
     freshness_ms: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
     last_error: str | None = None
 
@@ -90,7 +91,7 @@ class WorkerStats:
         return {
             "worker": self.worker, "batches": self.batches, "events": self.events, "invalid": self.invalid,
             "forbidden": self.forbidden, "failures": self.failures, "files_indexed": self.files_indexed,
-            "stale_events": self.stale_events,
+            "stale_events": self.stale_events, "secret_chunks": self.secret_chunks,
             "max_passes_per_file": max(self.file_passes.values(), default=0),
             "file_passes": dict(self.file_passes.most_common(50)),
             "freshness_ms": {"n": len(fresh), "p50": fresh[len(fresh) // 2] if fresh else None,
@@ -146,6 +147,7 @@ class IndexWorker:
                 done = time.time()
                 self.stats.files_indexed += summary.files_indexed
                 self.stats.stale_events += summary.stale_events
+                self.stats.secret_chunks += len(summary.secret_chunks)
                 for path in {c.path for c in changes}:
                     self.stats.file_passes[f"{repository}:{path}"] += 1
                 for _, d in items:
@@ -156,6 +158,7 @@ class IndexWorker:
                                      "chunks_written": summary.chunks_written,
                                      "chunks_deleted": summary.chunks_deleted, "stale": summary.stale_events,
                                      "skipped": dict(summary.skipped_by_reason()),
+                                     "secret_chunks": summary.secret_chunks,
                                      "ms": round(summary.seconds * 1000, 1)}))
         except Exception as exc:
             self.stats.failures += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import stat
 import subprocess
 import sys
@@ -21,11 +22,12 @@ from nats.aio.client import Client
 from ctxpress import team
 from ctxpress.services import NatsPart
 from ctxpress.settings import Settings
+from ctxpress.tls import client_context, tls_dir
 from ctxpress.wire.v1 import SUBJECT_INDEX_GIT
 from indexer.hook_publish import PublishError, TinyNats
 from indexer.stream import ensure_stream
 from tests.indexer.index_repo import git, make_repo
-from tests.team_services import add_developer, embedded_postgres, team_nats, team_settings
+from tests.team_services import add_developer, embedded_postgres, plain_text_login, team_nats, team_settings
 
 # --- no services ----------------------------------------------------------------------------------------
 
@@ -189,10 +191,28 @@ async def worker_conn(settings: Settings) -> AsyncIterator[Connection]:
 
 
 async def test_an_unauthenticated_client_cannot_connect(settings: Settings, alice: team.NatsCredentials) -> None:
+    assert alice.ca is not None
+    tls = client_context(alice.ca)
     for options in ({}, {"user": "alice", "password": "not-hers"}, {"user": "nobody", "password": "x"}):
         with pytest.raises(nats.errors.Error, match="Authorization Violation"):
             await nats.connect(settings.effective_nats_url(), connect_timeout=2, allow_reconnect=False,
-                               max_reconnect_attempts=0, **options)
+                               max_reconnect_attempts=0, tls=tls, **options)
+
+
+async def test_clients_must_speak_tls_and_verify_the_appliances_certificate(settings: Settings,
+                                                                            alice: team.NatsCredentials) -> None:
+    info, answer = plain_text_login(settings.effective_nats_url(), alice.user, alice.password)
+    assert info["tls_required"] is True
+    # The right password, in clear: the server takes it for a failed TLS handshake and hangs up.
+    assert answer == b"" or answer.startswith(b"connection closed"), answer
+    with pytest.raises(ssl.SSLCertVerificationError):  # a client that does not know the appliance's CA
+        await nats.connect(settings.effective_nats_url(), connect_timeout=2, allow_reconnect=False,
+                           max_reconnect_attempts=0, user=alice.user, password=alice.password)
+    conn = await connect(alice.nats_url, **alice.connect_options())  # the credentials file carries the CA
+    assert conn.client.is_connected
+    await conn.client.close()
+    assert stat.S_IMODE((tls_dir(settings) / "server-key.pem").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tls_dir(settings) / "ca-key.pem").stat().st_mode) == 0o600
 
 
 async def test_a_user_cannot_publish_on_another_users_subject(settings: Settings, worker_conn: Connection,
@@ -238,13 +258,13 @@ async def test_hooks_publish_index_events_but_not_completion_requests(settings: 
     await ensure_stream(worker_conn.client.jetstream(), settings)  # as the index worker does at start
     hooks = team.load_credentials(team.service_credentials_path(settings, team.HOOKS_USER))
     event = json.dumps({"repository": "alpha", "commit": "a" * 40, "hook": "post-commit", "changes": []}).encode()
-    client = TinyNats(settings.effective_nats_url(), hooks.user, hooks.password)  # the git hook's own client
+    client = TinyNats(settings.effective_nats_url(), hooks.user, hooks.password, hooks.ca)  # the hook's own client
     try:
         (seq,) = client.publish_all(SUBJECT_INDEX_GIT, [event], timeout_s=5)
         assert seq > 0
     finally:
         client.close()
-    client = TinyNats(settings.effective_nats_url(), hooks.user, hooks.password)
+    client = TinyNats(settings.effective_nats_url(), hooks.user, hooks.password, hooks.ca)
     try:
         with pytest.raises(PublishError, match="Permissions Violation"):
             client.publish_all("ctxpress.v1.u.alice.complete", [b"{}"], timeout_s=5)
@@ -304,7 +324,8 @@ async def test_users_cli_adds_and_removes_a_user_without_restarting_nats(setting
     assert added.returncode == 0, added.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     carol = team.load_credentials(out)
-    assert (carol.user, carol.nats_url) == ("carol", settings.effective_nats_url())
+    assert (carol.user, carol.nats_url) == ("carol", f"tls://127.0.0.1:{settings.nats_port}")
+    assert carol.ca == (tls_dir(settings) / "ca.pem").read_text()
     listed = _ctxpress(settings, "list", "--json")
     assert {"name": "carol", "repositories": ["alpha", "gamma"]}.items() <= next(
         u for u in json.loads(listed.stdout) if u["name"] == "carol").items()

@@ -1,53 +1,380 @@
-"""Team mode in the workers: the user comes from the NATS subject, the repository must be granted.
+"""Team mode end to end: a real appliance started by `ctxpress up` with CTXPRESS_TEAM=true (NATS with the
+generated users and TLS, PostgreSQL with its password, Triton and the model, the workers), developers added with
+`ctxpress users`, two repositories indexed with `ctxpress index`. Each developer reaches only what they were
+granted; what reaches the prompt is read from the reply's context report and from the telemetry rows.
 
-The grant cache runs against a real PostgreSQL. The worker tests run the real ``run_worker`` of the completion and
-index workers in team mode, against a real nats-server started from the generated configuration and a real
-PostgreSQL, with the engine side replaced (a recording stand-in for Triton and for retrieval, a character-count
-tokenizer): a second full appliance in team mode (Triton and the model) is too heavy for a 2-core machine next
-to the session one. What is checked is what reaches the engine and retrieval, and what each user gets back.
-"""
+The pure logic of the grant cache and the file store keys is tested beside it (the cache against the same real
+PostgreSQL)."""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import nats
+import psycopg
 import pytest
 from sqlalchemy import text
 
 from ctxpress import team
-from ctxpress.services import CompletionWorkerPart, IndexWorkerPart, NatsPart
+from ctxpress.services import CompletionWorkerPart, NatsPart, PostgresPart, parts
 from ctxpress.settings import Settings
+from ctxpress.tls import client_context
 from ctxpress.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT, content_hash
 from db import team as store
 from db.session import engine_for
-from indexer.pipeline import IndexSummary
 from indexer.stream import ensure_stream, stream_config
-from serving.triton_client import CompletionResult
-from tests.team_services import add_developer, embedded_postgres, team_nats, team_settings
-from workers import completion, index_worker
-from workers.context.retrieval import Retrieval, RetrievalReport
+from tests.conftest import Appliance
+from tests.indexer.index_repo import git, make_repo
+from tests.team_services import plain_text_login, team_appliance, team_settings
 from workers.grants import GRANTS_TTL_S, Caller, Forbidden, Grants, GrantsUnavailable
 
+pytestmark = pytest.mark.services
+
 CODE = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
+# Beta's code: what must never reach a prompt of a user without a grant for beta.
+BETA_FILES = {
+    "billing/__init__.py": "",
+    "billing/ledger.py": '''"""Beta's ledger: order totals with the beta surcharge."""
+
+BETA_SURCHARGE = 7
+
+
+def order_total(lines: list[int]) -> int:
+    """Sum of the order lines plus the beta surcharge."""
+    return sum(lines) + BETA_SURCHARGE
+''',
+}
+# A file that calls into beta's ledger: retrieval looks for `order_total` in the repositories in scope.
+INVOICE = '''from billing.ledger import order_total
+
+
+def invoice(lines: list[int]) -> str:
+    total = order_total(lines)
+    return f"{total}"
+'''
+
+
+@dataclass
+class Team:
+    appliance: Appliance
+    alice: team.NatsCredentials  # granted alpha
+    bob: team.NatsCredentials  # granted alpha and beta
+    alice_file: Path
+
+    @property
+    def settings(self) -> Settings:
+        return self.appliance.settings
+
+
+def _users(appliance: Appliance, *args: str) -> subprocess.CompletedProcess[str]:
+    done = appliance.ctxpress("users", *args, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 @pytest.fixture(scope="module")
-def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with embedded_postgres(tmp_path_factory.mktemp("grants-pg")) as url:
-        yield url
+def team_up(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[Team]:
+    root = tmp_path_factory.mktemp("team")
+    with team_appliance(root / "home", model_path) as appliance:
+        alpha = make_repo(root / "alpha")
+        beta = root / "beta"
+        beta.mkdir()
+        git(beta, "init", "-q", "-b", "main")
+        for rel, content in BETA_FILES.items():
+            (beta / rel).parent.mkdir(parents=True, exist_ok=True)
+            (beta / rel).write_text(content)
+        git(beta, "add", "-A")
+        git(beta, "commit", "-q", "-m", "beta")
+        for name, path in (("alpha", alpha), ("beta", beta)):
+            indexed = appliance.ctxpress("index", str(path), "--name", name, "--json")
+            assert indexed.returncode == 0, indexed.stderr
+        _users(appliance, "add", "alice", "--repos", "alpha", "--out", str(root / "alice.json"))
+        _users(appliance, "add", "bob", "--repos", "alpha,beta", "--out", str(root / "bob.json"))
+        yield Team(appliance, team.load_credentials(root / "alice.json"), team.load_credentials(root / "bob.json"),
+                   root / "alice.json")
 
 
-# --- the cached grant check ------------------------------------------------------------------------------
+async def ask(credentials: team.NatsCredentials, kind: str, body: dict[str, Any],
+              wait_s: float = 120) -> dict[str, Any]:
+    nc = await nats.connect(credentials.nats_url, connect_timeout=5, **credentials.connect_options())
+    try:
+        reply = await nc.request(credentials.subject(kind), json.dumps(body).encode(), timeout=wait_s)
+        return dict(json.loads(reply.data))
+    finally:
+        await nc.close()
+
+
+def request(repository: str, **over: Any) -> dict[str, Any]:
+    return {"repository": repository, "path": "calc.py", "text": CODE, "line": 1, "column": len("    return a + "),
+            "max_tokens": 4, **over}
+
+
+def invoice_request(repository: str) -> dict[str, Any]:
+    return {"repository": repository, "path": "billing/invoice.py", "text": INVOICE, "line": 5, "column": 0,
+            "max_tokens": 4, "mode": "optimized"}
+
+
+def retrieved(reply: dict[str, Any]) -> list[str]:
+    assert "error" not in reply, reply
+    return [b["name"] for b in reply["context"]["blocks"] if b["kind"] == "retrieved"]
+
+
+def _rows(settings: Settings, query: str, **params: Any) -> list[Any]:
+    with engine_for(settings.effective_database_url()).connect() as conn:
+        return list(conn.execute(text(query), params).all())
+
+
+# --- what each developer reaches ----------------------------------------------------------------------------
+
+
+async def test_a_granted_repository_is_served_over_tls(team_up: Team) -> None:
+    assert team_up.alice.nats_url.startswith("tls://") and team_up.alice.ca is not None
+    reply = await ask(team_up.alice, "complete", request("alpha"))
+    assert "error" not in reply, reply
+    assert reply["finish_reason"] in ("stop", "length") and reply["mode"] == "optimized"
+
+
+async def test_retrieval_reads_only_the_repositories_granted(team_up: Team) -> None:
+    # bob holds beta: the same request finds beta's ledger, so the chunk is there to be found.
+    assert any(name.startswith("billing/ledger.py:") for name in
+               retrieved(await ask(team_up.bob, "complete", invoice_request("beta"))))
+    # alice asks in alpha, her grant: retrieval is scoped to alpha and nothing of beta enters her prompt.
+    names = retrieved(await ask(team_up.alice, "complete", invoice_request("alpha")))
+    assert not any(name.startswith("billing/") for name in names), names
+
+
+async def test_a_repository_without_grant_is_forbidden_and_reaches_nothing(team_up: Team) -> None:
+    reply = await ask(team_up.alice, "complete", {**invoice_request("beta"), "request_id": "alice-beta-1"})
+    assert reply["error"]["code"] == "forbidden", reply
+    assert "beta" in reply["error"]["message"] and "context" not in reply
+    opened = await ask(team_up.alice, "file_opened", {"repository": "beta", "path": "billing/invoice.py",
+                                                      "text": INVOICE})
+    assert opened["error"]["code"] == "forbidden"
+    deadline = time.monotonic() + 30
+    while not (rows := _rows(team_up.settings, "SELECT user_name, error_code, sources, prompt_tokens FROM "
+                             "completion_events WHERE request_id = 'alice-beta-1'")):
+        assert time.monotonic() < deadline, "no telemetry row for the refused request"
+        await asyncio.sleep(0.2)
+    assert [tuple(r) for r in rows] == [("alice", "forbidden", [], None)]  # nothing assembled, nothing prompted
+
+
+async def test_revoke_takes_effect_without_restarting_the_worker(team_up: Team) -> None:
+    worker_pid = CompletionWorkerPart(team_up.settings).pid()
+    assert worker_pid is not None
+    assert "error" not in await ask(team_up.bob, "complete", request("beta"))
+    _users(team_up.appliance, "revoke", "bob", "--repos", "beta")
+    deadline = time.monotonic() + 60  # the grants are cached for GRANTS_TTL_S; a loaded machine answers slowly
+    while "error" not in (reply := await ask(team_up.bob, "complete", request("beta"))):
+        assert time.monotonic() < deadline, "the revoke was never seen"
+        await asyncio.sleep(0.2)
+    assert reply["error"]["code"] == "forbidden"
+    assert CompletionWorkerPart(team_up.settings).pid() == worker_pid  # the same worker process
+    assert "error" not in await ask(team_up.bob, "complete", request("alpha"))  # the other grant stays
+    _users(team_up.appliance, "grant", "bob", "--repos", "beta")
+
+
+async def test_a_user_cannot_publish_on_another_users_subject(team_up: Team) -> None:
+    errors: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(str(exc))
+
+    alice, bob = team_up.alice, team_up.bob
+    nc = await nats.connect(alice.nats_url, connect_timeout=5, allow_reconnect=False, max_reconnect_attempts=0,
+                            error_cb=on_error, **alice.connect_options())
+    try:
+        with pytest.raises(nats.errors.TimeoutError):  # the server drops it: no worker ever hears it
+            await nc.request(bob.subject("complete"), json.dumps(request("beta")).encode(), timeout=3)
+        assert any(f'permissions violation for publish to "{bob.subject("complete")}"' in e.lower() for e in errors)
+    finally:
+        await nc.close()
+
+
+async def test_an_unauthenticated_client_gets_nothing(team_up: Team) -> None:
+    settings, alice = team_up.settings, team_up.alice
+    assert alice.ca is not None
+    tls = client_context(alice.ca)
+    for login in ({}, {"user": "alice", "password": "not-hers"}, {"user": "nobody", "password": "x"}):
+        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+            await nats.connect(settings.effective_nats_url(), connect_timeout=5, allow_reconnect=False,
+                               max_reconnect_attempts=0, tls=tls, **login)
+    # The right password in clear text: the server wants a TLS handshake and hangs up.
+    info, answer = plain_text_login(settings.effective_nats_url(), alice.user, alice.password)
+    assert info["tls_required"] is True and info["auth_required"] is True
+    assert answer == b"" or answer.startswith(b"connection closed"), answer
+    with pytest.raises(ssl.SSLCertVerificationError):  # a client that does not trust the appliance's CA
+        await nats.connect(settings.effective_nats_url(), connect_timeout=5, allow_reconnect=False,
+                           max_reconnect_attempts=0, user=alice.user, password=alice.password)
+
+
+def _complete_cli(credentials: Path, file: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPRESS_")}
+    return subprocess.run([sys.executable, "-m", "ctxpress.cli", "complete", str(file), "--line", "1", "--column",
+                           "15", "--max-tokens", "4", "--json"],
+                          env={**env, "CTXPRESS_NATS_CREDENTIALS": str(credentials)},
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+async def test_ctxpress_complete_asks_as_the_user_of_its_credentials_file(team_up: Team, tmp_path: Path) -> None:
+    loop = asyncio.get_running_loop()
+    for repository, expected in (("alpha", None), ("beta", "forbidden")):  # a folder outside git: its name
+        (tmp_path / repository).mkdir()
+        (tmp_path / repository / "calc.py").write_text(CODE)
+        done = await loop.run_in_executor(None, _complete_cli, team_up.alice_file, tmp_path / repository / "calc.py")
+        reply = json.loads(done.stdout)
+        assert (reply.get("error") or {}).get("code") == expected, (done.stdout, done.stderr)
+
+
+async def test_a_content_hash_one_user_sent_is_unknown_to_another(team_up: Team) -> None:
+    private = CODE + "\nALICE_ONLY = 42\n"
+    first = await ask(team_up.alice, "complete", request("alpha", text=private))
+    assert "error" not in first, first
+    by_hash = request("alpha", content_hash=content_hash(private))
+    del by_hash["text"]
+    assert "error" not in await ask(team_up.alice, "complete", by_hash)
+    reply = await ask(team_up.bob, "complete", by_hash)  # bob holds the grant for alpha too
+    assert reply["error"]["code"] == "unknown_content", reply
+
+
+async def test_telemetry_rows_name_the_user_and_hold_no_source_text(team_up: Team) -> None:
+    marker = "TELEMETRY_NEVER_STORES_THIS_LINE"
+    body = request("alpha", request_id="telemetry-1", text=f"{CODE}{marker} = 1\n")
+    reply = await ask(team_up.alice, "complete", body)
+    assert "error" not in reply
+    assert (await ask(team_up.alice, "feedback", {"completion_id": reply["id"], "action": "accepted"})) == {"ok": True}
+    deadline = time.monotonic() + 30
+    while True:
+        events = _rows(team_up.settings, "SELECT user_name FROM completion_events WHERE request_id = 'telemetry-1'")
+        feedback = _rows(team_up.settings, "SELECT user_name FROM completion_feedback WHERE completion_id = :id",
+                         id=reply["id"])
+        if events and feedback:
+            break
+        assert time.monotonic() < deadline, (events, feedback)
+        await asyncio.sleep(0.2)
+    assert [r[0] for r in events] == ["alice"] and [r[0] for r in feedback] == ["alice"]
+    for table in ("completion_events", "completion_feedback"):
+        (count,) = _rows(team_up.settings, f"SELECT count(*) FROM {table} t WHERE t::text LIKE :m",
+                         m=f"%{marker}%")[0]
+        assert count == 0, table
+
+
+async def test_an_editor_save_is_indexed_only_in_a_granted_repository(team_up: Team) -> None:
+    nc = await nats.connect(team_up.alice.nats_url, connect_timeout=5, **team_up.alice.connect_options())
+    try:
+        for repository, path in (("beta", "stolen.py"), ("alpha", "mine.py")):
+            saved = {"repository": repository, "path": path, "text": CODE}
+            ack = await nc.jetstream().publish(team_up.alice.subject("file_saved"), json.dumps(saved).encode())
+            assert ack.seq > 0  # JetStream took both: the index worker decides
+    finally:
+        await nc.close()
+    query = ("SELECT r.name, f.path FROM indexed_files f JOIN repositories r ON r.id = f.repo_id "
+             "WHERE f.path IN ('stolen.py', 'mine.py')")
+    deadline = time.monotonic() + 60
+    while ("alpha", "mine.py") not in (rows := [tuple(r) for r in _rows(team_up.settings, query)]):
+        assert time.monotonic() < deadline, rows
+        await asyncio.sleep(0.2)
+    assert rows == [("alpha", "mine.py")]  # the save into beta, which alice lacks, was dropped
+
+
+async def test_the_probes_of_up_and_the_supervisor_log_in_as_the_worker(team_up: Team) -> None:
+    loop = asyncio.get_running_loop()
+    part = CompletionWorkerPart(team_up.settings)
+    assert await loop.run_in_executor(None, part.ready)
+    assert await loop.run_in_executor(None, part.answers)
+
+
+# --- what the appliance exposes -----------------------------------------------------------------------------
+
+
+def test_postgresql_refuses_a_connection_without_its_password(team_up: Team) -> None:
+    s = team_up.settings
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(host=s.bind_host, port=s.postgres_port, user="postgres", dbname="postgres",
+                        connect_timeout=10).close()
+    with engine_for(s.effective_database_url()).connect() as conn:  # the URL built from the stored password
+        assert conn.execute(text("SELECT 1")).scalar() == 1
+    assert "***" in PostgresPart(s).address()  # `ctxpress status` never prints it
+
+
+def _listening() -> dict[int, tuple[str, int]]:
+    """Socket inode -> (address, port) of every listening TCP socket of this machine (/proc/net/tcp, tcp6)."""
+    found: dict[int, tuple[str, int]] = {}
+    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A":  # LISTEN
+                continue
+            raw, port = fields[1].split(":")
+            packed = bytes.fromhex(raw)
+            # /proc prints each 32-bit word of the address in host (little-endian) order
+            address = b"".join(packed[i:i + 4][::-1] for i in range(0, width, 4))
+            ip = ipaddress.ip_address(address)
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+                ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+            found[int(fields[9])] = (str(ip), int(port, 16))
+    return found
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    except OSError:
+        pass
+    return inodes
+
+
+def _appliance_pids(settings: Settings) -> set[int]:
+    """Every process of the appliance: each part leads its own session; PostgreSQL's are its postmaster's
+    children."""
+    leaders = {pid for part in parts(settings) if (pid := part.pid()) is not None}
+    postmaster = PostgresPart(settings).pid()
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid, ppid, session = int(entry.name), int(fields[1]), int(fields[3])
+        if session in leaders or pid in leaders or postmaster in (pid, ppid):
+            pids.add(pid)
+    return pids
+
+
+def test_only_nats_listens_beyond_loopback(team_up: Team) -> None:
+    s = team_up.settings
+    listening = _listening()
+    sockets = {listening[i] for pid in _appliance_pids(s) for i in _socket_inodes(pid) if i in listening}
+    # Every endpoint is found, so a listener that moved would be seen.
+    expected = {s.nats_port, s.nats_monitor_port, s.postgres_port, s.triton_http_port, s.triton_grpc_port,
+                s.triton_metrics_port, s.worker_metrics_port}
+    assert expected <= {port for _, port in sockets}, (sorted(sockets), expected)
+    # The one door, behind TLS and passwords (0.0.0.0, or :: taking IPv4 too).
+    assert {a for a, p in sockets if p == s.nats_port} <= {"0.0.0.0", "::"}
+    exposed = sorted((a, p) for a, p in sockets if p != s.nats_port and not ipaddress.ip_address(a).is_loopback)
+    assert exposed == []
+
+
+# --- the grant check's own logic ------------------------------------------------------------------------------
 
 
 class Clock:
@@ -58,15 +385,16 @@ class Clock:
         return self.now
 
 
-async def test_grants_are_cached_for_at_most_the_ttl(database_url: str) -> None:
-    store.add_user(database_url, "erin", "$2a$04$unused", ["alpha"])
+async def test_grants_are_cached_for_at_most_the_ttl(team_up: Team) -> None:
+    url = team_up.settings.effective_database_url()
+    store.add_user(url, "erin", "$2a$04$unused", ["alpha"])
     clock = Clock()
-    grants = Grants(database_url, clock=clock)
+    grants = Grants(url, clock=clock)
     assert GRANTS_TTL_S <= 2.0
     assert await grants.authorize("erin", "alpha") == Caller("erin", ("alpha",))
     with pytest.raises(Forbidden, match="no grant for repository 'beta'"):
         await grants.authorize("erin", "beta")
-    store.revoke(database_url, "erin", ["alpha"])
+    store.revoke(url, "erin", ["alpha"])
     clock.now += GRANTS_TTL_S / 2
     assert (await grants.authorize("erin", "alpha")).repositories == ("alpha",)  # still the cached grants
     clock.now += GRANTS_TTL_S / 2
@@ -90,157 +418,6 @@ def test_file_store_keys_are_per_user() -> None:
     assert Caller("alice", ("alpha",)).file_key(digest) != Caller("bob", ("alpha",)).file_key(digest)
 
 
-# --- the completion worker in team mode --------------------------------------------------------------------
-
-
-class RecordingTriton:
-    """Stands in for the engine: records every prompt and its KV key; a prompt with ``# slow`` takes 2 s."""
-
-    prompts: ClassVar[list[tuple[str, str | None]]] = []
-
-    def __init__(self, url: str) -> None:
-        pass
-
-    async def complete(self, prompt: str, **kwargs: Any) -> CompletionResult:
-        self.prompts.append((prompt, kwargs.get("cache_key")))
-        if "# slow" in prompt:
-            await asyncio.sleep(2.0)
-        return CompletionResult(text="b", finish_reason="stop", first_token_ms=1.0, total_ms=2.0)
-
-    async def close(self) -> None:
-        pass
-
-
-class RecordingRetriever:
-    repositories: ClassVar[list[list[str]]] = []
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    async def retrieve(self, **kwargs: Any) -> Retrieval:
-        self.repositories.append(list(kwargs["repositories"]))
-        return Retrieval([], RetrievalReport())
-
-
-def engine_stand_ins() -> pytest.MonkeyPatch:
-    """The completion worker without Triton, the model's tokenizer or the embedder."""
-    patch = pytest.MonkeyPatch()
-    patch.setattr(completion, "load_tokenizer", lambda s: lambda t: max(1, len(t) // 4))
-    patch.setattr(completion, "warm_up", lambda: None)
-    patch.setattr(completion, "exact_counter", lambda counter: None)
-    patch.setattr(completion, "TritonCompletionClient", RecordingTriton)
-    patch.setattr(completion, "Retriever", RecordingRetriever)
-    patch.setattr(completion, "AsyncTritonEmbedder", lambda url: None)
-    return patch
-
-
-@pytest.fixture(scope="module")
-def settings(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Settings]:
-    settings = team_settings(tmp_path_factory.mktemp("grants-home"), database_url)
-    with team_nats(settings):
-        yield settings
-
-
-@pytest.fixture(scope="module")
-async def completion_worker(settings: Settings) -> AsyncIterator[None]:
-    patch = engine_stand_ins()
-    stop = asyncio.Event()
-    task = asyncio.create_task(completion.run_worker(settings, stop))
-    try:
-        await _wait_for_worker(settings, settings.completion_subject)
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=30)
-        patch.undo()
-
-
-async def _wait_for_worker(settings: Settings, subject: str, payload: bytes = b"{}") -> None:
-    nc = await nats.connect(settings.effective_nats_url(), **team.service_connect_options(settings))
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                await nc.request(subject, payload, timeout=1)
-                return
-            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
-    finally:
-        await nc.close()
-
-
-@pytest.fixture(scope="module")
-def alice(settings: Settings) -> team.NatsCredentials:
-    return add_developer(settings, "alice", ["alpha"])
-
-
-@pytest.fixture(scope="module")
-def bob(settings: Settings) -> team.NatsCredentials:
-    return add_developer(settings, "bob", ["alpha", "beta"])
-
-
-async def ask(credentials: team.NatsCredentials, kind: str, body: dict[str, Any], wait_s: float = 30) -> dict[str, Any]:
-    nc = await nats.connect(credentials.nats_url, **credentials.connect_options())
-    try:
-        reply = await nc.request(credentials.subject(kind), json.dumps(body).encode(), timeout=wait_s)
-        return dict(json.loads(reply.data))
-    finally:
-        await nc.close()
-
-
-def request(repository: str, **over: Any) -> dict[str, Any]:
-    return {"repository": repository, "path": "calc.py", "text": CODE, "line": 1, "column": len("    return a + "),
-            "max_tokens": 4, **over}
-
-
-async def test_a_granted_repository_is_served_and_scoped_to_its_user(completion_worker: None,
-                                                                    alice: team.NatsCredentials) -> None:
-    RecordingTriton.prompts.clear()
-    RecordingRetriever.repositories.clear()
-    reply = await ask(alice, "complete", request("alpha"))
-    assert "error" not in reply, reply
-    assert reply["finish_reason"] == "stop" and reply["mode"] == "optimized"
-    assert RecordingRetriever.repositories == [["alpha"]]
-    ((prompt, cache_key),) = RecordingTriton.prompts
-    assert "return a + " in prompt
-    assert cache_key is not None and ":alice:alpha:calc.py" in cache_key  # the KV pool is the user's own
-
-
-async def test_a_repository_without_grant_is_forbidden_and_reaches_nothing(completion_worker: None,
-                                                                          alice: team.NatsCredentials) -> None:
-    RecordingTriton.prompts.clear()
-    RecordingRetriever.repositories.clear()
-    reply = await ask(alice, "complete", request("beta", text="SECRET_OF_BETA = 1\n", line=0, column=0))
-    assert reply["error"]["code"] == "forbidden", reply
-    assert "beta" in reply["error"]["message"]
-    opened = await ask(alice, "file_opened", {"repository": "beta", "path": "calc.py", "text": CODE})
-    assert opened["error"]["code"] == "forbidden"
-    assert RecordingTriton.prompts == [] and RecordingRetriever.repositories == []
-
-
-async def test_requests_without_a_user_are_forbidden_in_team_mode(completion_worker: None,
-                                                                  settings: Settings) -> None:
-    # Only the worker credential may publish on the single-user subject (for the probes); a valid request
-    # there still names no user.
-    nc = await nats.connect(settings.effective_nats_url(), **team.service_connect_options(settings))
-    try:
-        reply = json.loads((await nc.request(settings.completion_subject, json.dumps(request("alpha")).encode(),
-                                             timeout=30)).data)
-    finally:
-        await nc.close()
-    assert reply["error"]["code"] == "forbidden", reply
-
-
-async def test_the_probes_of_up_and_the_supervisor_log_in_as_the_worker(completion_worker: None,
-                                                                       settings: Settings) -> None:
-    loop = asyncio.get_running_loop()
-    part = CompletionWorkerPart(settings)
-    assert await loop.run_in_executor(None, part.ready)
-    assert await loop.run_in_executor(None, part.answers)
-
-
 @pytest.mark.parametrize("module", ["workers.completion", "workers.index_worker"])
 def test_workers_refuse_team_mode_without_credentials(module: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPRESS_")}
@@ -252,159 +429,13 @@ def test_workers_refuse_team_mode_without_credentials(module: str, tmp_path: Pat
     assert "Traceback" not in done.stderr
 
 
-def _complete_cli(credentials: Path, file: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPRESS_")}
-    return subprocess.run([sys.executable, "-m", "ctxpress.cli", "complete", str(file), "--line", "1", "--column",
-                           "15", "--json"], env={**env, "CTXPRESS_NATS_CREDENTIALS": str(credentials)},
-                          capture_output=True, text=True, timeout=120, check=False)
+# --- a single-user NATS -------------------------------------------------------------------------------------
 
 
-async def test_ctxpress_complete_asks_as_the_user_of_its_credentials_file(completion_worker: None,
-                                                                          alice: team.NatsCredentials,
-                                                                          tmp_path: Path) -> None:
-    credentials = team.write_credentials(tmp_path / "alice.json", alice)
-    loop = asyncio.get_running_loop()
-    for repository, expected in (("alpha", None), ("beta", "forbidden")):  # a folder outside git: its name
-        (tmp_path / repository).mkdir()
-        (tmp_path / repository / "calc.py").write_text(CODE)
-        done = await loop.run_in_executor(None, _complete_cli, credentials, tmp_path / repository / "calc.py")
-        reply = json.loads(done.stdout)
-        assert (reply.get("error") or {}).get("code") == expected, (done.stdout, done.stderr)
-
-
-async def test_a_content_hash_one_user_sent_is_unknown_to_another(completion_worker: None,
-                                                                 alice: team.NatsCredentials,
-                                                                 bob: team.NatsCredentials) -> None:
-    private = CODE + "\nALICE_ONLY = 42\n"
-    first = await ask(alice, "complete", request("alpha", text=private))
-    assert "error" not in first, first
-    by_hash = request("alpha", content_hash=content_hash(private))
-    del by_hash["text"]
-    assert "error" not in await ask(alice, "complete", by_hash)
-    reply = await ask(bob, "complete", by_hash)  # bob holds the grant for alpha too
-    assert reply["error"]["code"] == "unknown_content", reply
-
-
-async def test_a_user_cannot_cancel_another_users_request(completion_worker: None, alice: team.NatsCredentials,
-                                                          bob: team.NatsCredentials) -> None:
-    nc_alice = await nats.connect(alice.nats_url, **alice.connect_options())
-    nc_bob = await nats.connect(bob.nats_url, **bob.connect_options())
-    try:
-        slow = json.dumps(request("alpha", text=CODE + "# slow\n", request_id="r-1")).encode()
-        pending = asyncio.create_task(nc_alice.request(alice.subject("complete"), slow, timeout=30))
-        await asyncio.sleep(0.5)
-        await nc_bob.publish(bob.subject("cancel"), b'{"request_id": "r-1"}')
-        assert "error" not in json.loads((await pending).data)  # bob's cancel named no request of his
-        pending = asyncio.create_task(nc_alice.request(alice.subject("complete"), slow, timeout=30))
-        await asyncio.sleep(0.5)
-        await nc_alice.publish(alice.subject("cancel"), b'{"request_id": "r-1"}')
-        assert json.loads((await pending).data)["error"]["code"] == "cancelled"
-    finally:
-        await nc_alice.close()
-        await nc_bob.close()
-
-
-async def test_revoke_takes_effect_without_restarting_the_worker(completion_worker: None, settings: Settings,
-                                                                 bob: team.NatsCredentials) -> None:
-    assert "error" not in await ask(bob, "complete", request("beta"))
-    store.revoke(settings.effective_database_url(), "bob", ["beta"])
-    revoked_at = time.monotonic()
-    while True:
-        reply = await ask(bob, "complete", request("beta"))
-        if "error" in reply:
-            break
-        assert time.monotonic() - revoked_at < GRANTS_TTL_S + 1.0, "the revoke was not seen in time"
-        await asyncio.sleep(0.1)
-    assert reply["error"]["code"] == "forbidden"
-    assert time.monotonic() - revoked_at <= GRANTS_TTL_S + 1.0
-    assert "error" not in await ask(bob, "complete", request("alpha"))  # the other grant stays
-
-
-async def test_telemetry_rows_name_the_user(completion_worker: None, settings: Settings,
-                                            alice: team.NatsCredentials) -> None:
-    reply = await ask(alice, "complete", request("alpha", request_id="telemetry-1"))
-    assert "error" not in reply
-    assert (await ask(alice, "feedback", {"completion_id": reply["id"], "action": "accepted"})) == {"ok": True}
-    await ask(alice, "complete", request("beta", request_id="telemetry-2"))
-    deadline = time.monotonic() + 10
-    while True:
-        with engine_for(settings.effective_database_url()).connect() as conn:
-            events = dict(conn.execute(text(
-                "SELECT request_id, user_name FROM completion_events WHERE request_id LIKE 'telemetry-%'")).all())
-            feedback = conn.execute(text("SELECT user_name FROM completion_feedback WHERE completion_id = :id"),
-                                    {"id": reply["id"]}).scalars().all()
-        if len(events) == 2 and feedback:
-            break
-        assert time.monotonic() < deadline, (events, feedback)
-        await asyncio.sleep(0.2)
-    assert events == {"telemetry-1": "alice", "telemetry-2": "alice"}  # the refused one too: who tried
-    assert feedback == ["alice"]
-
-
-# --- the index worker in team mode -------------------------------------------------------------------------
-
-
-class RecordingIndexer:
-    applied: ClassVar[list[tuple[str, list[str]]]] = []
-
-    def __init__(self, *args: Any) -> None:
-        pass
-
-    def apply_changes(self, name: str, changes: list[Any], commit: str | None = None) -> IndexSummary:
-        self.applied.append((name, [c.path for c in changes]))
-        return IndexSummary(repository=name, files_indexed=len(changes))
-
-
-class NoEmbedder:
-    def __init__(self, url: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-async def test_an_editor_save_is_indexed_only_in_a_granted_repository(settings: Settings,
-                                                                      alice: team.NatsCredentials) -> None:
-    patch = pytest.MonkeyPatch()
-    patch.setattr(index_worker, "Indexer", RecordingIndexer)
-    patch.setattr(index_worker, "TritonEmbedder", NoEmbedder)
-    stop = asyncio.Event()
-    task = asyncio.create_task(index_worker.run_worker(settings, stop))
-    try:
-        await _wait_for_worker(settings, settings.index_status_subject, b"")
-        nc = await nats.connect(alice.nats_url, **alice.connect_options())
-        try:
-            for repository, path in (("beta", "stolen.py"), ("alpha", "mine.py")):
-                saved = {"repository": repository, "path": path, "text": CODE}
-                ack = await nc.jetstream().publish(alice.subject("file_saved"), json.dumps(saved).encode())
-                assert ack.seq > 0
-        finally:
-            await nc.close()
-        deadline = time.monotonic() + 20
-        while ("alpha", ["mine.py"]) not in RecordingIndexer.applied:
-            assert time.monotonic() < deadline, RecordingIndexer.applied
-            await asyncio.sleep(0.1)
-        nc = await nats.connect(settings.effective_nats_url(), **team.service_connect_options(settings))
-        try:
-            status = json.loads((await nc.request(settings.index_status_subject, b"", timeout=5)).data)
-        finally:
-            await nc.close()
-        assert status["forbidden"] == 1
-        assert await asyncio.get_running_loop().run_in_executor(None, IndexWorkerPart(settings).ready)
-        assert all(repository != "beta" for repository, _ in RecordingIndexer.applied)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=30)
-        patch.undo()
-
-
-# --- the single-user appliance is unchanged ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def single_user(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Settings]:
-    settings = team_settings(tmp_path_factory.mktemp("single-home"), database_url, team=False)
-    assert not team.team_mode(settings)
+@pytest.fixture
+def single_user(tmp_path: Path) -> Iterator[Settings]:
+    settings = team_settings(tmp_path, "postgresql+psycopg://unused@127.0.0.1:1/postgres", team=False)
+    assert not team.team_mode(settings) and not team.tls_on(settings)
     part = NatsPart(settings)
     part.start(30)
     try:
@@ -413,38 +444,19 @@ def single_user(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> 
         part.stop()
 
 
-async def test_single_user_mode_serves_the_plain_subjects_without_login(single_user: Settings) -> None:
-    patch = engine_stand_ins()
-    stop = asyncio.Event()
-    task = asyncio.create_task(completion.run_worker(single_user, stop))
-    try:
-        await _wait_for_worker(single_user, single_user.completion_subject)
-        RecordingTriton.prompts.clear()
-        nc = await nats.connect(single_user.effective_nats_url())
-        try:
-            reply = json.loads((await nc.request(single_user.completion_subject,
-                                                 json.dumps(request("anything")).encode(), timeout=30)).data)
-            assert "error" not in reply, reply
-            assert RecordingTriton.prompts[0][1] == f"{single_user.model_name}:anything:calc.py"  # the key as before
-            with pytest.raises(nats.errors.NoRespondersError):  # nobody listens on per-user subjects here
-                await nc.request(team.user_subject("alice", "complete"), b"{}", timeout=2)
-        finally:
-            await nc.close()
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=30)
-        patch.undo()
+@pytest.fixture
+async def single_user_nats(single_user: Settings) -> AsyncIterator[Any]:
+    nc = await nats.connect(single_user.effective_nats_url())  # no login, no TLS: the loopback appliance
+    yield nc
+    await nc.close()
 
 
-async def test_an_index_stream_made_before_team_mode_gains_the_per_user_saves(single_user: Settings) -> None:
-    nc = await nats.connect(single_user.effective_nats_url())
-    try:
-        js = nc.jetstream()
-        old = replace(stream_config(single_user), subjects=[SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED])
-        await js.add_stream(old)
-        await ensure_stream(js, single_user)
-        info = await js.stream_info(single_user.index_stream)
-        assert set(info.config.subjects or ()) == {SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED, "ctxpress.v1.u.*.file_saved"}
-        assert info.config.retention == old.retention and info.config.max_age == old.max_age
-    finally:
-        await nc.close()
+async def test_an_index_stream_made_before_team_mode_gains_the_per_user_saves(single_user: Settings,
+                                                                             single_user_nats: Any) -> None:
+    js = single_user_nats.jetstream()
+    old = replace(stream_config(single_user), subjects=[SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED])
+    await js.add_stream(old)
+    await ensure_stream(js, single_user)
+    info = await js.stream_info(single_user.index_stream)
+    assert set(info.config.subjects or ()) == {SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED, "ctxpress.v1.u.*.file_saved"}
+    assert info.config.retention == old.retention and info.config.max_age == old.max_age
