@@ -22,7 +22,7 @@ class Settings(BaseSettings):
     # says, when NATS is reachable from other hosts (a non-loopback nats_url or bind_host).
     team: bool = False
 
-    # NATS
+    # NATS: one URL, or a cluster's URLs separated by commas (clients try each; see nats_servers)
     nats_url: str | None = None
     # A credentials file written by `ctxpress users add` (JSON: nats_url, user, password; read with
     # ctxpress.team.load_credentials). Team mode with an external NATS: the workers' own (the worker user).
@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     embedding_threads: int = 1  # onnxruntime threads: the completion engine needs the other cores
     index_max_file_bytes: int = 512 * 1024
     index_stream: str = "CTXPRESS_INDEX"
+    # Copies JetStream keeps of the index stream and its consumer: 3 on a three-node NATS cluster, so that losing
+    # one node loses no event; 1 on the embedded single server.
+    index_stream_replicas: int = Field(default=1, ge=1, le=5)
     index_consumer: str = "ctxpress-indexer"
     index_status_subject: str = "ctxpress.v1.index.status"
     retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
@@ -124,6 +127,10 @@ class Settings(BaseSettings):
 
     def effective_nats_url(self) -> str:
         return self.nats_url or f"nats://{self.nats_bind_host or self.bind_host}:{self.nats_port}"
+
+    def nats_servers(self) -> list[str]:
+        """What ``nats.connect`` takes: every server of a cluster, so a client starts on any node that is up."""
+        return [url.strip() for url in self.effective_nats_url().split(",") if url.strip()]
 
     def effective_draft_model_path(self) -> Path | None:
         """The draft model for speculative decoding, or None (off, or its package is missing)."""
