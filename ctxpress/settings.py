@@ -129,8 +129,7 @@ class Settings(BaseSettings):
         return self.nats_url or f"nats://{self.nats_bind_host or self.bind_host}:{self.nats_port}"
 
     def nats_servers(self) -> list[str]:
-        """What ``nats.connect`` takes: every server of a cluster, so a client starts on any node that is up."""
-        return [url.strip() for url in self.effective_nats_url().split(",") if url.strip()]
+        return nats_servers(self.effective_nats_url())
 
     def effective_draft_model_path(self) -> Path | None:
         """The draft model for speculative decoding, or None (off, or its package is missing)."""
@@ -153,6 +152,12 @@ class Settings(BaseSettings):
 
     def metrics_url(self) -> str:
         return f"http://{self.bind_host}:{self.triton_metrics_port}/metrics"
+
+
+def nats_servers(url: str) -> list[str]:
+    """What ``nats.connect`` takes for a NATS URL setting: every server of a cluster (comma-separated), so a client
+    starts on any node that is up."""
+    return [server.strip() for server in url.split(",") if server.strip()]
 
 
 def get_settings() -> Settings:
