@@ -660,8 +660,12 @@ class EngineLoad:
             ok = True
         finally:
             self.inflight -= 1
-            if ok:
-                self.mean_s += self._alpha * (time.perf_counter() - started - self.mean_s)
+            elapsed = time.perf_counter() - started
+            # A request that ended without an answer (timed out, cancelled) after longer than the estimate says
+            # a request takes at least that long. Without it an engine too slow for every deadline never served
+            # a request to learn from, and every request was accepted only to time out.
+            if ok or elapsed > self.mean_s:
+                self.mean_s += self._alpha * (elapsed - self.mean_s)
 
 
 def _middle_from(request: CompletionRequest, prepared: Prepared) -> int | None:
