@@ -221,7 +221,8 @@ def summary(result: LoadResult, load: LoadConfig) -> dict[str, Any]:
 def report_lines(s: dict[str, Any]) -> list[str]:
     lines = [f"[load] {s['editors']} editors, {s['minutes']:g} min, {s['files_typed']} files typed in",
              f"  requests {s['requests']}, answered {s['answered']}, errors by code: {s['errors_by_code'] or 'none'}",
-             f"  latency of the answered: p50 {s['latency_ms_p50']} ms, p95 {s['latency_ms_p95']} ms",
+             f"  latency of the answered: p50 {s['latency_ms_p50']} ms, p95 {s['latency_ms_p95']} ms" if s["answered"]
+             else "  latency of the answered: none answered",
              f"  {'resident memory (MiB)':<24}" + "".join(f"{name:>18}" for name in s["rss_mib_end"])]
     for sample in s["memory_over_time"]:
         lines.append(f"  {'at ' + str(sample['t_s']) + ' s':<24}"
