@@ -32,7 +32,7 @@ fuzz: install
 		tests/workers/context/test_fuzz_assemble.py
 
 # kill -9 of each part under a bounded load, an appliance per part, and one node of a three-node NATS cluster
-# (docs/reliability.md); about 15 minutes, so not part of `make test` (the `faults` marker is deselected there).
+# (docs/reliability.md); about 16 minutes, so not part of `make test` (the `faults` marker is deselected there).
 faults: install
 	$(PY) -m pytest -q -s -rs -m faults tests/faults
 
