@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint up down clean eval-long eval-short eval-cross bench fuzz
+.PHONY: install demo test lint up down clean eval-long eval-short eval-cross bench fuzz faults
 
 install: $(STAMP)
 
@@ -30,6 +30,11 @@ test: install lint vscode-test
 fuzz: install
 	CTXPRESS_FUZZ_EXAMPLES=2500 $(PY) -m pytest -q -s tests/workers/test_fuzz_subjects.py \
 		tests/workers/context/test_fuzz_assemble.py
+
+# kill -9 of each part under a bounded load, an appliance per part, and one node of a three-node NATS cluster
+# (docs/reliability.md); about 16 minutes, so not part of `make test` (the `faults` marker is deselected there).
+faults: install
+	$(PY) -m pytest -q -s -rs -m faults tests/faults
 
 lint: install
 	$(VENV)/bin/ruff check .

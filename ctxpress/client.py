@@ -10,6 +10,7 @@ from typing import Any
 import nats
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from ctxpress.settings import nats_servers
 from ctxpress.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
 
 
@@ -50,7 +51,7 @@ class CompletionClient:
         self._nc: nats.NATS | None = None
 
     async def __aenter__(self) -> CompletionClient:
-        self._nc = await nats.connect(self.nats_url, connect_timeout=5, max_reconnect_attempts=3,
+        self._nc = await nats.connect(nats_servers(self.nats_url), connect_timeout=5, max_reconnect_attempts=3,
                                       **self.connect_options)
         return self
 

@@ -202,7 +202,7 @@ def _ensure_stream(settings: Settings) -> None:
 
         from indexer.stream import ensure_stream
 
-        nc = await nats.connect(settings.effective_nats_url(), connect_timeout=1, max_reconnect_attempts=0,
+        nc = await nats.connect(settings.nats_servers(), connect_timeout=1, max_reconnect_attempts=0,
                                 allow_reconnect=False)
         try:
             await ensure_stream(nc.jetstream(), settings)

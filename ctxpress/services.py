@@ -287,9 +287,9 @@ class NatsPart(Part):
         return [str(binary), "-c", str(config)]
 
     def ready(self) -> bool:
-        if self.external:
-            host, _, port = self.address().split("://")[-1].rpartition(":")
-            return _port_open(host, int(port))
+        if self.external:  # a cluster answers while any of its nodes does
+            return any(_port_open(host, int(port)) for host, _, port in
+                       (url.split("://")[-1].rpartition(":") for url in self.settings.nats_servers()))
         return _http_ok(f"http://{team.monitor_host(self.settings)}:{self.settings.nats_monitor_port}"
                         "/healthz?js-enabled-only=true")
 
@@ -390,7 +390,7 @@ class CompletionWorkerPart(Part):
 def _nats_answers(settings: Settings, subject: str, payload: bytes, expected_key: str) -> bool:
     """One request-reply round trip: does a JSON reply with ``expected_key`` come back? (In team mode the probe
     connects as the worker user, which may publish on the single-user subjects.)"""
-    url = settings.effective_nats_url()
+    url = settings.nats_servers()
     try:
         options: dict[str, Any] = team.service_connect_options(settings)
     except team.TeamConfigError:

@@ -24,7 +24,7 @@ class Settings(BaseSettings):
     # says, when NATS is reachable from other hosts (a non-loopback nats_url or bind_host).
     team: bool = False
 
-    # NATS
+    # NATS: one URL, or a cluster's URLs separated by commas (clients try each; see nats_servers)
     nats_url: str | None = None
     # A credentials file written by `ctxpress users add` (JSON: nats_url, user, password; read with
     # ctxpress.team.load_credentials). Team mode with an external NATS: the workers' own (the worker user).
@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     embedding_threads: int = 1  # onnxruntime threads: the completion engine needs the other cores
     index_max_file_bytes: int = 512 * 1024
     index_stream: str = "CTXPRESS_INDEX"
+    # Copies JetStream keeps of the index stream and its consumer: 3 on a three-node NATS cluster, so that losing
+    # one node loses no event; 1 on the embedded single server.
+    index_stream_replicas: int = Field(default=1, ge=1, le=5)
     index_consumer: str = "ctxpress-indexer"
     index_status_subject: str = "ctxpress.v1.index.status"
     retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
@@ -160,6 +163,9 @@ class Settings(BaseSettings):
         host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
         return f"nats://{host}:{self.nats_port}"
 
+    def nats_servers(self) -> list[str]:
+        return nats_servers(self.effective_nats_url())
+
     def effective_draft_model_path(self) -> Path | None:
         """The draft model for speculative decoding, or None (off, or its package is missing)."""
         if self.draft_model_path is not None:
@@ -186,6 +192,12 @@ class Settings(BaseSettings):
 
     def metrics_url(self) -> str:
         return f"http://{self.metrics_bind_host}:{self.triton_metrics_port}/metrics"
+
+
+def nats_servers(url: str) -> list[str]:
+    """What ``nats.connect`` takes for a NATS URL setting: every server of a cluster (comma-separated), so a client
+    starts on any node that is up."""
+    return [server.strip() for server in url.split(",") if server.strip()]
 
 
 def get_settings() -> Settings:

@@ -254,6 +254,19 @@ class TinyNats:
             pass
 
 
+def connect(urls: str, user: str | None = None, password: str | None = None, ca: str | None = None) -> TinyNats:
+    """The first server of a (comma-separated, a cluster's) NATS URL that answers."""
+    error: Exception = PublishError(f"no NATS URL in {urls!r}")
+    for url in (u.strip() for u in urls.split(",")):
+        if not url:
+            continue
+        try:
+            return TinyNats(url, user, password, ca)
+        except OSError as exc:
+            error = exc
+    raise error
+
+
 def main(argv: list[str]) -> int:
     import argparse
 
@@ -279,9 +292,9 @@ def main(argv: list[str]) -> int:
                  "published_at": STARTED}
         if args.credentials:
             args.nats, user, password, ca = read_credentials(args.credentials)
-            client = TinyNats(args.nats, user, password, ca)
+            client = connect(args.nats, user, password, ca)
         else:
-            client = TinyNats(args.nats)
+            client = connect(args.nats)
         try:
             payloads = split_messages(event, changes, max(64 * 1024, min(client.max_payload - 4096, 4 << 20)))
             client.publish_all(args.subject, payloads, ACK_TIMEOUT_S)

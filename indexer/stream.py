@@ -6,8 +6,12 @@ creates them early, so commits made before the first worker starts are kept).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import replace
 
+import nats
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
@@ -15,6 +19,8 @@ from nats.js.errors import NotFoundError
 from ctxpress.settings import Settings
 from ctxpress.team import user_subject
 from ctxpress.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT
+
+log = logging.getLogger("ctxpress.index.stream")
 
 ACK_WAIT_S = 10.0  # a worker killed mid-batch: its messages come back after this long
 MAX_BATCH = 256
@@ -31,6 +37,7 @@ def stream_config(settings: Settings) -> StreamConfig:
         max_age=7 * 24 * 3600,
         max_bytes=1 << 30,
         max_msg_size=8 << 20,
+        num_replicas=settings.index_stream_replicas,
     )
 
 
@@ -42,6 +49,7 @@ def consumer_config(settings: Settings) -> ConsumerConfig:
         ack_wait=ACK_WAIT_S,
         max_deliver=MAX_DELIVER,
         max_ack_pending=4 * MAX_BATCH,
+        num_replicas=settings.index_stream_replicas,
     )
 
 
@@ -59,3 +67,23 @@ async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
         await js.consumer_info(settings.index_stream, settings.index_consumer)
     except NotFoundError:
         await js.add_consumer(settings.index_stream, consumer_config(settings))
+
+
+async def next_batch(sub: JetStreamContext.PullSubscription) -> list[Msg]:
+    """The next events of the durable consumer: as soon as one is there, with what is already waiting behind it (a
+    burst, so each file is indexed once); empty after a second without any, or while the client reconnects."""
+    try:
+        msgs = await sub.fetch(1, timeout=1.0)
+    except (TimeoutError, nats.errors.TimeoutError):
+        return []
+    except Exception as exc:  # a reconnect in progress, a cluster electing a new stream leader: wait and retry
+        log.warning("fetch failed: %s", exc)
+        await asyncio.sleep(0.5)
+        return []
+    try:
+        pending = (await sub.consumer_info()).num_pending
+        if pending:
+            msgs += await sub.fetch(min(pending, MAX_BATCH - 1), timeout=0.5)
+    except (TimeoutError, nats.errors.TimeoutError):
+        pass
+    return msgs

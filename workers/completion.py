@@ -51,6 +51,7 @@ from ctxpress.wire.v1 import (
     content_hash,
 )
 from indexer.embeddings import AsyncTritonEmbedder
+from indexer.parsing import TREE_CACHE
 from indexer.symbols import warm_up
 from serving import protocol
 from serving.fim import FIM_PREFIX, FIM_SUFFIX, STOP_WORDS, fim_markers, fim_prompt
@@ -60,9 +61,10 @@ from serving.triton_client import (
     TritonCompletionClient,
 )
 from workers import metrics
+from workers.context import steady
 from workers.context.assemble import assemble_context, warm_file
 from workers.context.line_tokens import exact_counter
-from workers.context.packing import memoized
+from workers.context.packing import memo_sizes, memoized
 from workers.context.retrieval import RenderedChunk, Retrieval, Retriever, render_retrieved
 from workers.context.window import (
     MAX_LINE_CHARS,
@@ -170,6 +172,17 @@ class CompletionService:
         self._inflight: dict[tuple[str | None, str], asyncio.Task[object]] = {}
         self._cancelled_by_caller: dict[tuple[str | None, str], bool] = {}
         self.engine_load = EngineLoad()
+
+    def cache_entries(self) -> dict[str, int]:
+        """The size of every per-file and per-request structure the worker keeps (each one bounded)."""
+        memo_entries, memo_chars = memo_sizes()
+        with self._held_chunks_lock:
+            held_chunks = len(self._held_chunks)
+        return {"file_store_files": len(self.files), "file_store_chars": self.files.chars,
+                "tree_cache_files": len(TREE_CACHE), "steady_excerpt_files": steady.held_files(),
+                "held_chunk_files": held_chunks, "file_token_counts": len(self._file_tokens_cache),
+                "token_memo_entries": memo_entries, "token_memo_chars": memo_chars,
+                "requests_in_flight": len(self._inflight), "cancel_marks": len(self._cancelled_by_caller)}
 
     async def handle(self, data: bytes, received_at: float, user: str | None = None) -> bytes:
         """One request in, one reply out; never raises (a cancelled request answers ``cancelled``).
@@ -655,8 +668,12 @@ class EngineLoad:
             ok = True
         finally:
             self.inflight -= 1
-            if ok:
-                self.mean_s += self._alpha * (time.perf_counter() - started - self.mean_s)
+            elapsed = time.perf_counter() - started
+            # A request that ended without an answer (timed out, cancelled) after longer than the estimate says
+            # a request takes at least that long. Without it an engine too slow for every deadline never served
+            # a request to learn from, and every request was accepted only to time out.
+            if ok or elapsed > self.mean_s:
+                self.mean_s += self._alpha * (elapsed - self.mean_s)
 
 
 def _middle_from(request: CompletionRequest, prepared: Prepared) -> int | None:
@@ -707,7 +724,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
                           timeout_ms=settings.retrieval_timeout_ms, top_k=settings.retrieval_top_k,
                           min_similarity=settings.retrieval_min_similarity)
     service = CompletionService(settings, triton, count_tokens, settings.model_name, telemetry, retriever, grants)
-    nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-completion-worker",
+    for cache in service.cache_entries():  # read when /metrics is scraped
+        metrics.CACHE_ENTRIES.labels(cache).set_function(lambda cache=cache: service.cache_entries()[cache])
+    nc = await nats.connect(settings.nats_servers(), name="ctxpress-completion-worker",
                             max_reconnect_attempts=-1, **connect_options)
     tasks: set[asyncio.Task[None]] = set()
 

@@ -29,5 +29,9 @@ class FileStore:
             self._files.move_to_end(digest)
         return text
 
+    @property
+    def chars(self) -> int:
+        return self._chars
+
     def __len__(self) -> int:
         return len(self._files)

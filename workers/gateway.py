@@ -39,7 +39,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
         # It would forward requests to the shards without the user of their subject: every one refused.
         raise TeamConfigError("team mode: the gateway does not carry the user's identity to the shards yet; "
                               "run the completion workers unsharded")
-    nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-gateway", max_reconnect_attempts=-1)
+    nc = await nats.connect(settings.nats_servers(), name="ctxpress-gateway", max_reconnect_attempts=-1)
     tasks: set[asyncio.Task[None]] = set()
 
     async def forward(msg: Msg, base: str) -> None:

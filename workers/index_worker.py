@@ -31,13 +31,16 @@ from ctxpress.team import service_connect_options, subject_kind, subject_user, t
 from ctxpress.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
-from indexer.stream import MAX_BATCH, ensure_stream
+from indexer.stream import ensure_stream, next_batch
 from workers.grants import Forbidden, Grants, GrantsUnavailable
 from workers.process import run_service
 
 log = logging.getLogger("ctxpress.worker.index")
 
 IN_PROGRESS_EVERY_S = 3.0  # a long batch tells JetStream it is still alive
+# Files whose passes the status keeps (the most passed, once past it): a long-lived worker sees every file of
+# every repository, and the count per file is for checking coalescing, not an inventory.
+MAX_TRACKED_FILES = 10_000
 
 
 @dataclass
@@ -150,6 +153,8 @@ class IndexWorker:
                 self.stats.secret_chunks += len(summary.secret_chunks)
                 for path in {c.path for c in changes}:
                     self.stats.file_passes[f"{repository}:{path}"] += 1
+                if len(self.stats.file_passes) > MAX_TRACKED_FILES:
+                    self.stats.file_passes = Counter(dict(self.stats.file_passes.most_common(MAX_TRACKED_FILES // 2)))
                 for _, d in items:
                     if d.started_at:
                         self.stats.freshness_ms.append((done - d.started_at) * 1000)
@@ -185,7 +190,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     indexer = Indexer(settings.effective_database_url(), embedder, settings.index_max_file_bytes)
     grants = Grants(settings.effective_database_url()) if team_mode(settings) else None
     worker = IndexWorker(settings, indexer, grants)
-    nc = await nats.connect(settings.effective_nats_url(), name="ctxpress-index-worker", max_reconnect_attempts=-1,
+    nc = await nats.connect(settings.nats_servers(), name="ctxpress-index-worker", max_reconnect_attempts=-1,
                             **connect_options)
     js = nc.jetstream()
     await ensure_stream(js, settings)
@@ -198,21 +203,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     log.info("index worker on stream %s (consumer %s), Triton at %s", settings.index_stream,
              settings.index_consumer, settings.effective_triton_url())
     while not stop.is_set():
-        try:
-            msgs = await sub.fetch(1, timeout=1.0)  # returns as soon as one event is there
-        except (TimeoutError, nats.errors.TimeoutError):
-            continue
-        except Exception as exc:  # a reconnect in progress: wait and retry
-            log.warning("fetch failed: %s", exc)
-            await asyncio.sleep(0.5)
-            continue
-        try:
-            pending = (await sub.consumer_info()).num_pending
-            if pending:  # a burst: take what is already waiting, so each file is indexed once
-                msgs += await sub.fetch(min(pending, MAX_BATCH - 1), timeout=0.5)
-        except (TimeoutError, nats.errors.TimeoutError):
-            pass
-        await worker.handle_batch(msgs)
+        msgs = await next_batch(sub)
+        if msgs:
+            await worker.handle_batch(msgs)
     await status_sub.unsubscribe()
     await sub.unsubscribe()
     await nc.drain()

@@ -5,7 +5,7 @@ Names follow the ``ctxpress_`` prefix the Grafana dashboard in ``infra/grafana``
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 60.0)
 
@@ -29,3 +29,5 @@ TELEMETRY_DROPPED = Counter("ctxpress_telemetry_dropped", "Telemetry rows droppe
 CANCELLED = Counter("ctxpress_cancelled", "Completion requests abandoned by their caller (ctxpress.v1.cancel)")
 OVERLOADED = Counter("ctxpress_overloaded",
                      "Completion requests rejected at once: the engine could not serve them in time")
+CACHE_ENTRIES = Gauge("ctxpress_cache_entries", "Entries (or characters, *_chars) of the worker's per-file caches",
+                      ["cache"])

@@ -50,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="typing: replay it through `ctxpress lsp` too, as an editor drives it (every keystroke a "
                          "didChange; the forward cache and debounce count), or (infill) through `ctxpress "
                          "serve-http` as llama.vscode asks, beside the same replay sent to NATS")
+    be.add_argument("--editors", type=int, default=8, help="load: editors typing at once")
+    be.add_argument("--minutes", type=float, default=5.0, help="load: how long they type")
     be.add_argument("--fast-typist", action="store_true",
                     help="with --via lsp: a request at every keystroke, each superseding the last; engine time "
                          "on superseded requests with and without abandoning them in the appliance")
@@ -195,6 +197,11 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
                       requests=args.requests, clients=args.clients, max_seconds=args.max_seconds,
                       typing_pauses=args.typing_pauses, features=features, kv_pool_slots=settings.kv_pool_slots)
     scenarios = args.scenario or list(DEFAULT_SCENARIOS)
+    if "load" in scenarios:
+        if scenarios != ["load"]:
+            print("error: --scenario load runs alone (it measures the appliance's memory)", file=sys.stderr)
+            return 2
+        return _load(cfg, args, settings)
     typing_file = next((f for f in args.file), None) if "typing" in scenarios else None
     others = [] if scenarios == ["typing"] else args.file
     if args.peer_server is not None and not args.peer_server.is_file():
@@ -246,4 +253,23 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     stats = collect(settings.effective_database_url(), since)
     print(json.dumps(stats, default=float) if args.json else render(stats, args.since))
+    return 0
+
+
+def _load(cfg: Any, args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.evaluation.load import LoadConfig, report_lines, run_load, summary
+
+    if args.editors < 1 or args.minutes <= 0:
+        print("error: --editors and --minutes must be positive", file=sys.stderr)
+        return 2
+    load = LoadConfig(editors=args.editors, minutes=args.minutes)
+    try:
+        result = asyncio.run(run_load(cfg, load, settings))
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    figures = summary(result, load)
+    for line in report_lines(figures):
+        print(line)
+    print(json.dumps({"scenarios": {"load": figures}}))
     return 0

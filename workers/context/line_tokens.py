@@ -85,6 +85,11 @@ def exact_counter(count_tokens: TokenCounter) -> TokenCounter:
     return whole[1]
 
 
+def whole_memos() -> list[MemoCounter]:
+    with _checked_lock:
+        return [memo for _, memo in _whole_memos.values() if isinstance(memo, MemoCounter)]
+
+
 _DIGIT = re.compile(r"[1-9]")
 _DIGIT_SAMPLES = ("    # ... (lines 1000-1311 elided)\n", "x = 123456789\n", "int32_t buf[256];\n", "3.14159e10 + 0x1F",
                   "v2 = a1b2c3 * 99\n", "  // 1. step 42\n", "é 7 ü 88\n", "'2024-12-03T04:20:36'\n")

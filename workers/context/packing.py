@@ -42,12 +42,20 @@ class MemoCounter:
     """Remembers token counts of short texts across requests: while the user types inside one
     function, the same signatures and imports are counted on every keystroke."""
 
-    def __init__(self, count_tokens: TokenCounter, max_entries: int = 200_000, max_chars: int = 4_000) -> None:
+    def __init__(self, count_tokens: TokenCounter, max_entries: int = 200_000, max_chars: int = 4_000,
+                 max_total_chars: int = 32 * 1024 * 1024) -> None:
         self._count = count_tokens
         self._memo: OrderedDict[str, int] = OrderedDict()
         self._max_entries = max_entries
         self._max_chars = max_chars
+        # Texts of up to max_chars each: the entry count alone would let the memo grow to gigabytes while
+        # editors type through many files (each keystroke's enclosing block is a new text).
+        self._max_total_chars = max_total_chars
+        self.chars = 0
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._memo)
 
     def __call__(self, text: str) -> int:
         if len(text) > self._max_chars:
@@ -60,13 +68,24 @@ class MemoCounter:
             return hit
         n = self._count(text)
         with self._lock:
+            if text not in self._memo:
+                self.chars += len(text)
             self._memo[text] = n
-            if len(self._memo) > self._max_entries:
-                self._memo.popitem(last=False)
+            while len(self._memo) > self._max_entries or self.chars > self._max_total_chars:
+                old, _ = self._memo.popitem(last=False)
+                self.chars -= len(old)
         return n
 
 
 _memo_counters: dict[int, tuple[TokenCounter, MemoCounter]] = {}
+
+
+def memo_sizes() -> tuple[int, int]:
+    """Entries and characters held by the process's token-count memos (the worker's cache metrics)."""
+    from workers.context.line_tokens import whole_memos
+
+    memos = [memo for _, memo in list(_memo_counters.values())] + whole_memos()
+    return sum(len(m) for m in memos), sum(m.chars for m in memos)
 
 
 def memoized(count_tokens: TokenCounter) -> TokenCounter:

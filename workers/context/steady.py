@@ -81,6 +81,11 @@ def remember(owner: object, path: str, held: Held) -> None:
             _HELD.popitem(last=False)
 
 
+def held_files() -> int:
+    with _LOCK:
+        return len(_HELD)
+
+
 def forget(owner: object, path: str) -> None:
     with _LOCK:
         _HELD.pop((id(owner), path), None)
