@@ -31,7 +31,10 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.services import down
 
-    down(settings)
+    failed = down(settings)
+    if failed:
+        print(f"stopped all but {', '.join(failed)}", file=sys.stderr)
+        return 1
     print("all parts stopped")
     return 0
 

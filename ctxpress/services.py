@@ -519,15 +519,23 @@ def _team_step(step: Callable[..., None], *args: Any) -> None:
         raise StartError(str(exc)) from None
 
 
-def down(settings: Settings, report: Callable[[str], None] = print) -> None:
+def down(settings: Settings, report: Callable[[str], None] = print) -> list[str]:
+    """Stop every part; returns the parts that could not be stopped (each reported, the others
+    stopped all the same: one part's failure must not leave the rest running)."""
+    failed: list[str] = []
     # The supervisor goes first, or it would restart what is stopped next.
     for part in [SupervisorPart(settings), *reversed(parts(settings))]:
         if part.external:
             continue
-        if part.running():
-            part.stop()
-            report(f"  {part.name:<18} stopped")
+        try:
+            if part.running():
+                part.stop()
+                report(f"  {part.name:<18} stopped")
+        except Exception as exc:
+            failed.append(part.name)
+            report(f"  {part.name:<18} NOT stopped: {exc}")
     SupervisorPart(settings).state_file.unlink(missing_ok=True)  # restart history of an appliance that is gone
+    return failed
 
 
 def _bytes_progress(name: str, report: Callable[[str], None]) -> Callable[[int, int], None]:
