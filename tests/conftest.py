@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,18 +85,24 @@ def settings_from_env(env: dict[str, str]) -> Settings:
     return Settings(**values)
 
 
-@pytest.fixture(scope="session")
-def appliance(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[Appliance]:
-    home = tmp_path_factory.mktemp("ctxpress-home")
-    env = appliance_env(home, model_path)
+@contextmanager
+def running_appliance(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """``ctxpress up`` with ``env`` (the test fails when it cannot), ``ctxpress down`` after."""
     started = ctxpress(env, "up")
     if started.returncode != 0:
         ctxpress(env, "down")
         pytest.fail(f"ctxpress up failed:\n{started.stdout}\n{started.stderr}")
     try:
-        yield Appliance(env, settings_from_env(env))
+        yield env
     finally:
         ctxpress(env, "down")
+
+
+@pytest.fixture(scope="session")
+def appliance(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[Appliance]:
+    home = tmp_path_factory.mktemp("ctxpress-home")
+    with running_appliance(appliance_env(home, model_path)) as env:
+        yield Appliance(env, settings_from_env(env))
 
 
 @pytest.fixture

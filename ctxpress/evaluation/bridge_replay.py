@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from ctxpress.evaluation.bench import BenchConfig, Sample, TypingStep, replay_typing, typing_plan
-from ctxpress.evaluation.peer import peer_reply, vscode_request
+from ctxpress.evaluation.peer import peer_reply, stop_process, vscode_request
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
 
@@ -59,12 +59,7 @@ class BridgeProcess:
         raise RuntimeError(f"ctxpress serve-http did not listen within {START_TIMEOUT_S:.0f} s")
 
     def __exit__(self, *_: object) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        stop_process(self.process)
 
 
 async def typing_via_infill(path: Path, cfg: BenchConfig, env: dict[str, str], progress: Progress) -> list[Sample]:

@@ -87,12 +87,7 @@ class PeerServer:
         raise RuntimeError(f"llama-server did not become healthy in {START_TIMEOUT_S:.0f} s")
 
     def __exit__(self, *_: object) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        stop_process(self.process)
 
     def infill(self, body: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(self.url + "/infill", data=json.dumps(body).encode(),
@@ -122,3 +117,13 @@ async def peer_typing(binary: Path, model: Path, path: Path, cfg: BenchConfig, p
             return (time.perf_counter() - started) * 1000, peer_reply(raw)
 
         return await replay_typing(steps, cfg, send, progress, "peer")
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 10.0) -> None:
+    """Terminate a server the benchmark started; kill it if it does not go within ``timeout_s``."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()

@@ -37,7 +37,7 @@ from ctxpress.services import parts
 from ctxpress.settings import Settings
 from ctxpress.supervisor import read_state
 from db.session import engine_for
-from tests.conftest import appliance_env, ctxpress, settings_from_env
+from tests.conftest import appliance_env, ctxpress, running_appliance, settings_from_env
 from tests.faults.load import DEADLINE_S, HANG_MARGIN_S, MAX_COMMITS, ROWS, CommitLoad, CompletionLoad, counts
 from tests.indexer.index_repo import make_repo
 
@@ -110,16 +110,10 @@ def own_appliance(model_path: Path) -> Any:
     # Not under pytest's base temp: every pytest session on the machine sets that back to 0700, which would
     # lock PostgreSQL's own system user out of its data directory in the middle of a test.
     home = Path(tempfile.mkdtemp(prefix="ctxpress-faults-"))
-    env = appliance_env(home, model_path)
-    started = ctxpress(env, "up")
-    if started.returncode != 0:
-        ctxpress(env, "down")
-        pytest.fail(f"ctxpress up failed:\n{started.stdout}\n{started.stderr}")
     try:
-        yield env, home
+        with running_appliance(appliance_env(home, model_path)) as env:
+            yield env, home
     finally:
-        stopped = ctxpress(env, "down")
-        print(stopped.stdout)
         shutil.rmtree(home, ignore_errors=True)
 
 
