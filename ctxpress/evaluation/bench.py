@@ -430,7 +430,8 @@ def report_lines(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
             "throughput_rps", "cache_hit_rate", "restored_tokens_mean", "vs_warm", "prompt_tokens_mean",
             "processed_tokens_mean", "draft_acceptance",
             "draft_accepted_per_request", "suggestion_match_rate", "forward_cache_share",
-            "forward_cache_within_5ms_share", "bridge_added_ms_p50", "bridge_added_ms_p95",
+            "forward_cache_within_5ms_share", "editor_added_ms_p50", "editor_added_ms_p95", "bridge_added_ms_p50",
+            "bridge_added_ms_p95",
             "keystrokes", "requests_sent", "answers_shown", "engine_ms", "engine_ms_on_shown",
             "superseded_share")
     lines = []

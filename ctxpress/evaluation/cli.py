@@ -150,6 +150,7 @@ async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,
     from ctxpress.evaluation.bench import summarise, third_party_root
     from ctxpress.evaluation.editor_replay import (
         FAST_TYPIST_KEYSTROKES,
+        editor_overhead,
         forward_cache_share,
         supersede,
         typing_via_lsp,
@@ -159,7 +160,8 @@ async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,
     path = typing_file or third_party_root() / "engine" / "result.py"
     env = dict(os.environ)
     samples = await typing_via_lsp(path, cfg, env, Progress(cfg.typing_pauses, "typing via lsp"))
-    out: dict[str, dict[str, Any]] = {"lsp": {**summarise(samples), **forward_cache_share(samples)}}
+    out: dict[str, dict[str, Any]] = {"lsp": {**summarise(samples), **forward_cache_share(samples),
+                                              **await editor_overhead(samples, settings.effective_database_url())}}
     if fast_typist:
         status_file = settings.run_dir / "engine-status.json"
         # every keystroke's request sent (debounce 1 ms) and kept, then abandoned when superseded; then

@@ -25,6 +25,7 @@ from pygls.lsp.client import LanguageClient
 
 from ctxpress.evaluation.bench import BenchConfig, Sample, suggestion_matches, typed_body
 from ctxpress.evaluation.progress import Progress
+from ctxpress.evaluation.runner import percentile
 from ctxpress.lsp.server import STATUS_NOTIFICATION
 
 FORWARD_CACHE_MS = 5.0
@@ -148,7 +149,7 @@ async def typing_via_lsp(path: Path, cfg: BenchConfig, env: dict[str, str], prog
             from_cache = bool(completion_id) and completion_id == shown_id
             shown_id = completion_id or shown_id
             next_text = plan.body[pause:].split("\n", 1)[0]
-            reply = {"completion": text, "context": {}, "forward_cache": from_cache}
+            reply = {"id": completion_id, "completion": text, "context": {}, "forward_cache": from_cache}
             samples.append(Sample("lsp", latency, reply, suggestion_matches(text, next_text)))
             progress.advance(f"typing lsp {latency:.0f} ms{' (forward cache)' if from_cache else ''}")
             clock = min(clock, time.monotonic() - pause / cfg.typing_cps)
@@ -160,6 +161,27 @@ def forward_cache_share(samples: Sequence[Sample]) -> dict[str, float | None]:
     fast = [s for s in hits if s.latency_ms <= FORWARD_CACHE_MS]
     return {"forward_cache_share": len(hits) / len(samples) if samples else None,
             "forward_cache_within_5ms_share": len(fast) / len(samples) if samples else None}
+
+
+async def editor_overhead(samples: Sequence[Sample], database_url: str) -> dict[str, float | None]:
+    """What the editor path added to each request that reached the appliance: the editor's latency
+    less the worker's own time for it (its telemetry row, by completion id)."""
+    from sqlalchemy import text as sql
+
+    from db.session import engine_for
+
+    asked = {s.reply["id"]: s.latency_ms for s in samples if s.reply.get("id") and not s.reply.get("forward_cache")}
+    rows: list[Any] = []
+    for _ in range(10):  # telemetry is written in batches, every half second
+        with engine_for(database_url).connect() as conn:
+            rows = conn.execute(sql("SELECT request_id, total_ms FROM completion_events WHERE request_id = ANY(:ids)"),
+                                {"ids": list(asked)}).all()
+        if len(rows) >= len(asked):
+            break
+        await asyncio.sleep(1)
+    added = [asked[r.request_id] - float(r.total_ms) for r in rows if r.total_ms is not None]
+    return {"editor_added_ms_p50": percentile(added, 50) if added else None,
+            "editor_added_ms_p95": percentile(added, 95) if added else None}
 
 
 async def supersede(path: Path, cfg: BenchConfig, env: dict[str, str], status_file: Path, database_url: str,
