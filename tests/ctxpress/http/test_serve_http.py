@@ -25,7 +25,7 @@ from tests.ctxpress.lsp.test_lsp_server import (
     SOURCE,
     cancelled_in_worker,
     captured_requests,
-    feedback_rows,
+    feedback_landed,
 )
 
 pytestmark = pytest.mark.services
@@ -223,11 +223,7 @@ async def test_tabby_agent_health_completion_and_events_as_feedback(
                   {"type": "select", "completion_id": completion_id, "choice_index": 0, "view_id": "view-1",
                    "elapsed": 850}):
         assert (await post(f"{bridge.url}/v1/events", event, AUTH)) == (200, "")
-    deadline = time.monotonic() + 20
-    rows: list[Any] = []
-    while time.monotonic() < deadline and {r.action for r in rows} != {"accepted", "shown"}:
-        await asyncio.sleep(0.3)
-        rows = feedback_rows(appliance, completion_id)
+    rows = await feedback_landed(appliance, completion_id, {"accepted", "shown"})
     assert {(r.action, r.chars_kept) for r in rows} == {("shown", None), ("accepted", len(suggestion))}
 
     status, text = await post(f"{bridge.url}/v1/events", {"type": "click", "completion_id": "x", "choice_index": 0},

@@ -132,6 +132,18 @@ def feedback_rows(appliance: Appliance, completion_id: str) -> list[Any]:
                                       "WHERE completion_id = :id ORDER BY action"), {"id": completion_id}).all())
 
 
+async def feedback_landed(appliance: Appliance, completion_id: str, actions: set[str],
+                          timeout_s: float = 20) -> list[Any]:
+    """The completion's feedback rows once they show ``actions`` (telemetry is written in batches),
+    or what is there after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    rows: list[Any] = []
+    while time.monotonic() < deadline and {r.action for r in rows} != actions:
+        await asyncio.sleep(0.3)
+        rows = feedback_rows(appliance, completion_id)
+    return rows
+
+
 async def captured_requests(nats_client: Any, subject: str) -> tuple[list[dict[str, Any]], Any]:
     """Every complete request on the wire (a plain subscriber sees what the worker's queue group gets)."""
     seen: list[dict[str, Any]] = []
@@ -179,11 +191,7 @@ async def test_typing_then_inline_completion_forward_cache_and_acceptance(
 
     await editor.client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="ctxpress.accept", arguments=[completion_id, len(suggestion)]))
-    deadline = time.monotonic() + 20
-    rows: list[Any] = []
-    while time.monotonic() < deadline and {r.action for r in rows} != {"accepted", "shown"}:
-        await asyncio.sleep(0.3)
-        rows = feedback_rows(appliance, completion_id)
+    rows = await feedback_landed(appliance, completion_id, {"accepted", "shown"})
     assert {(r.action, r.chars_kept) for r in rows} == {("shown", None), ("accepted", len(suggestion))}
     await sub.unsubscribe()
 
