@@ -357,6 +357,8 @@ class LlamaEngine:
         holds now; returns the prompt tokens the slot gives back."""
         if self.disk is None or key is None or key.startswith("<"):
             return reused
+        if len(tokens) - 1 < reused + DISK_MIN_TOKENS:  # the slot holds nearly all of it: no file to read
+            return reused
         stored_tokens = self.disk.tokens_of(key)
         if stored_tokens is None or KVPool.reusable(stored_tokens, tokens) < reused + DISK_MIN_TOKENS:
             return reused
