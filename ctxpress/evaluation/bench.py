@@ -370,6 +370,11 @@ def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[s
     matched = [s.matched for s in samples if s.matched is not None]
     if matched:
         out["suggestion_match_rate"] = sum(matched) / len(matched)
+    # what the way to the appliance added (NATS hops, encoding): the client's latency less the worker's own total
+    added = [s.latency_ms - s.reply["timings"]["total_ms"] for s in ok
+             if (s.reply.get("timings") or {}).get("total_ms") is not None]
+    out["client_added_ms_p50"] = percentile(added, 50) if added else None
+    out["client_added_ms_p95"] = percentile(added, 95) if added else None
     return out
 
 
@@ -430,7 +435,8 @@ def report_lines(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
             "throughput_rps", "cache_hit_rate", "restored_tokens_mean", "vs_warm", "prompt_tokens_mean",
             "processed_tokens_mean", "draft_acceptance",
             "draft_accepted_per_request", "suggestion_match_rate", "forward_cache_share",
-            "forward_cache_within_5ms_share", "editor_added_ms_p50", "editor_added_ms_p95", "bridge_added_ms_p50",
+            "forward_cache_within_5ms_share", "client_added_ms_p50", "client_added_ms_p95", "editor_added_ms_p50",
+            "editor_added_ms_p95", "editor_over_nats_ms_p50", "bridge_added_ms_p50",
             "bridge_added_ms_p95",
             "keystrokes", "requests_sent", "answers_shown", "engine_ms", "engine_ms_on_shown",
             "superseded_share")

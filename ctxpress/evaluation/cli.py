@@ -221,6 +221,11 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             results["typing"]["peer"] = asyncio.run(_peer_typing(args.peer_server, typing_file, cfg, settings))
         if args.via == "lsp":
             results["typing"].update(asyncio.run(_editor_typing(typing_file, cfg, settings, args.fast_typist)))
+            straight = results["typing"].get("optimized", {}).get("client_added_ms_p50")
+            editor = results["typing"]["lsp"].get("editor_added_ms_p50")
+            # the figure: what the editor path adds over asking NATS directly, both measured here
+            results["typing"]["lsp"]["editor_over_nats_ms_p50"] = (
+                editor - straight if editor is not None and straight is not None else None)
         if args.via == "infill":
             results["typing"]["infill"] = asyncio.run(_bridge_typing(typing_file, cfg))
     except (ValueError, OSError, RuntimeError) as exc:
