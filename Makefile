@@ -38,6 +38,7 @@ faults: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 up: install
 	$(VENV)/bin/ctxpress up

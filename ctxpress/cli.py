@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from ctxpress.settings import Settings, get_settings
+from ctxpress.core.settings import Settings, get_settings
 
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.services import StartError, up
+    from ctxpress.parts import StartError, up
 
     print(f"ctxpress up (state in {settings.state_dir})")
     started = time.perf_counter()
@@ -29,7 +29,7 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.services import down
+    from ctxpress.parts import down
 
     failed = down(settings)
     if failed:
@@ -40,7 +40,7 @@ def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.services import SupervisorPart, parts
+    from ctxpress.parts import SupervisorPart, parts
     from ctxpress.supervisor import describe, read_state
 
     rows = [part.status() for part in [*parts(settings), SupervisorPart(settings)]]
@@ -69,7 +69,7 @@ def _cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
     request = request_for_file(Path(args.file), args.line, args.column, max_tokens=args.max_tokens, mode=args.mode)
     url, subject, options = settings.effective_nats_url(), settings.completion_subject, {}
     if settings.nats_credentials is not None:  # team mode: as that user, on that user's subject
-        from ctxpress.team import TeamConfigError, load_credentials
+        from ctxpress.core.identity import TeamConfigError, load_credentials
 
         try:
             credentials = load_credentials(settings.nats_credentials)
@@ -100,7 +100,7 @@ def _cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.demo import default_demo_file, demo
-    from ctxpress.services import down, parts, up
+    from ctxpress.parts import down, parts, up
 
     already_up = all(part.status().running for part in parts(settings))
     if not already_up:

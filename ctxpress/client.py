@@ -10,8 +10,8 @@ from typing import Any
 import nats
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from ctxpress.settings import nats_servers
-from ctxpress.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
+from ctxpress.core.settings import nats_servers
+from ctxpress.core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
 
 
 def repository_of(path: Path) -> tuple[str, Path]:

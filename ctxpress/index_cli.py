@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from ctxpress.settings import Settings
+from ctxpress.core.settings import Settings
 
 
 class _Progress:
@@ -163,7 +163,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_hooks(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.team import TeamConfigError, load_credentials
+    from ctxpress.core.identity import TeamConfigError, load_credentials
     from indexer import hooks
     from indexer.walk import WalkError, repo_root
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from ctxpress.services import START_TIMEOUTS, NatsPart, Part, SupervisorPart, _group_alive, parts
-from ctxpress.settings import Settings, get_settings
+from ctxpress.core.settings import Settings, get_settings
+from ctxpress.parts import START_TIMEOUTS, NatsPart, Part, SupervisorPart, _group_alive, parts
 
 log = logging.getLogger("ctxpress.supervisor")
 

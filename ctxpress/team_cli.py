@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxpress.settings import Settings
+from ctxpress.core.settings import Settings
 
 
 def _fail(message: str, code: int = 1) -> int:
@@ -33,7 +33,7 @@ def _repositories(value: str) -> list[str]:
 
 def _emit(text: str, out: Path | None, what: str) -> None:
     """A credentials file: to ``out`` (owner-only) or to stdout, for the admin to hand over."""
-    from ctxpress.team import write_private_file
+    from ctxpress.core.identity import write_private_file
 
     if out is None:
         sys.stdout.write(text)
@@ -46,26 +46,27 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError
 
     from ctxpress import team
+    from ctxpress.core import identity
     from db import team as store
     from db.migrations import migrate
 
     url = settings.effective_database_url()
-    if not team.team_mode(settings) and args.action in ("add", "remove", "sync"):
+    if not identity.team_mode(settings) and args.action in ("add", "remove", "sync"):
         print("note: team mode is off (set CTXPRESS_TEAM=true and restart with `ctxpress up`): until then the "
               "appliance serves whoever reaches it on loopback, and these users are not asked to log in",
               file=sys.stderr)
     try:
         migrate(url)  # the tables exist even before the first `ctxpress up` against this database
         if args.action == "add":
-            name = team.validate_name(args.name)
-            if name in team.SERVICE_USERS:
+            name = identity.validate_name(args.name)
+            if name in identity.SERVICE_USERS:
                 return _fail(f"{name!r} is reserved for the appliance's own services", 2)
-            password = team.new_password()
-            store.add_user(url, name, team.bcrypt_hash(password, team.DEVELOPER_BCRYPT_ROUNDS), args.repos)
+            password = identity.new_password()
+            store.add_user(url, name, identity.bcrypt_hash(password, identity.DEVELOPER_BCRYPT_ROUNDS), args.repos)
             team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
-            credentials = team.NatsCredentials(args.url or team.public_nats_url(settings), name, password,
-                                               team.client_ca(settings))
-            _emit(team.credentials_text(credentials), args.out, f"the credentials of {name}")
+            credentials = identity.NatsCredentials(args.url or identity.public_nats_url(settings), name, password,
+                                               identity.client_ca(settings))
+            _emit(identity.credentials_text(credentials), args.out, f"the credentials of {name}")
             print(f"added {name} with {', '.join(args.repos)}; the editor reads the file through "
                   "CTXPRESS_NATS_CREDENTIALS (the password is not stored anywhere else)", file=sys.stderr)
         elif args.action == "grant":
@@ -86,10 +87,10 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
             else:
                 for r in rows:
                     print(f"  {r.name:<20} {', '.join(r.repositories) or '(no repositories)'}")
-                print(f"{len(rows)} user(s); service credentials in {team.team_dir(settings)}", file=sys.stderr)
+                print(f"{len(rows)} user(s); service credentials in {identity.team_dir(settings)}", file=sys.stderr)
         elif args.action == "hooks":
-            hooks = team.ensure_service_credentials(settings)[team.HOOKS_USER]
-            _emit(team.credentials_text(hooks), args.out, "the hooks credentials")
+            hooks = identity.ensure_service_credentials(settings)[identity.HOOKS_USER]
+            _emit(identity.credentials_text(hooks), args.out, "the hooks credentials")
         elif args.action == "sync":
             path = team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
             print(f"wrote {path}")
@@ -97,7 +98,7 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
         return _fail(f"database unavailable ({exc.orig or exc}); is `ctxpress up` running?")
     except (store.UnknownUser, store.UserExists, ValueError) as exc:
         return _fail(str(exc), 2)
-    except team.TeamConfigError as exc:
+    except identity.TeamConfigError as exc:
         return _fail(str(exc))
     return 0
 

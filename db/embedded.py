@@ -25,7 +25,8 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+
+from ctxpress.core.database import DB_USER, PASSWORD_FILE, database_url
 
 
 def _bin_path() -> Path:
@@ -38,8 +39,6 @@ def _bin_path() -> Path:
 
 POSTGRES_BIN_PATH = _bin_path()
 SYSTEM_USER = "ctxpress_pg"  # PostgreSQL will not run as root
-DB_USER = "postgres"
-PASSWORD_FILE = "password"
 # The listen address decides who can reach the server; whoever reaches it must know the password.
 HBA_CONF = """# Written by ctxpress (db/embedded.py): every connection proves the password.
 local   all          all                 scram-sha-256
@@ -240,16 +239,3 @@ class EmbeddedPostgres:
 
     def is_running(self) -> bool:
         return self.pid() is not None
-
-
-def database_url(host: str, port: int, password: str | None, database: str = "postgres") -> str:
-    login = f"{DB_USER}:{quote(password, safe='')}" if password else DB_USER
-    return f"postgresql+psycopg://{login}@{host}:{port}/{database}"
-
-
-def stored_password(root: Path) -> str | None:
-    """The password ``EmbeddedPostgres`` generated under ``root``, None before the first ``ctxpress up``."""
-    try:
-        return (root / PASSWORD_FILE).read_text().strip() or None
-    except OSError:
-        return None

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aio_grpcclient
 from tritonclient.utils import InferenceServerException
 
-from serving import protocol
+from ctxpress.core import inference
 
 CLIENT_BATCH = 16
 
@@ -35,19 +35,19 @@ def _inputs(module: object, texts: Sequence[str]) -> list[object]:
 
 
 def _check(vectors: np.ndarray | None, n: int) -> np.ndarray:
-    if vectors is None or vectors.shape != (n, protocol.EMBEDDING_DIM):
+    if vectors is None or vectors.shape != (n, inference.EMBEDDING_DIM):
         shape = None if vectors is None else vectors.shape
-        raise EmbeddingError(f"embedder returned shape {shape}, expected ({n}, {protocol.EMBEDDING_DIM})")
+        raise EmbeddingError(f"embedder returned shape {shape}, expected ({n}, {inference.EMBEDDING_DIM})")
     return vectors.astype(np.float32, copy=False)
 
 
 class TritonEmbedder:
     """Blocking client, for the indexing pipeline (which runs in a worker thread or the CLI)."""
 
-    def __init__(self, url: str, model: str = protocol.EMBEDDING_MODEL, timeout_s: float = 120.0,
+    def __init__(self, url: str, model: str = inference.EMBEDDING_MODEL, timeout_s: float = 120.0,
                  in_flight: int = 2, batch: int = CLIENT_BATCH) -> None:
         self.url = url
-        self.batch = max(1, min(batch, protocol.EMBEDDING_MAX_BATCH))
+        self.batch = max(1, min(batch, inference.EMBEDDING_MAX_BATCH))
         self.model = model
         self.timeout_s = timeout_s
         self.in_flight = max(1, in_flight)
@@ -75,11 +75,11 @@ class TritonEmbedder:
 
     def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         if not texts:
-            return np.zeros((0, protocol.EMBEDDING_DIM), dtype=np.float32)
+            return np.zeros((0, inference.EMBEDDING_DIM), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         size = self.batch
         batches = [[texts[i] for i in order[j : j + size]] for j in range(0, len(order), size)]
-        out = np.empty((len(texts), protocol.EMBEDDING_DIM), dtype=np.float32)
+        out = np.empty((len(texts), inference.EMBEDDING_DIM), dtype=np.float32)
         done = 0
         for vectors in self._pool.map(self._batch, batches):
             out[order[done : done + len(vectors)]] = vectors
@@ -92,7 +92,7 @@ class TritonEmbedder:
 class AsyncTritonEmbedder:
     """asyncio client, for query embeddings on the completion path."""
 
-    def __init__(self, url: str, model: str = protocol.EMBEDDING_MODEL) -> None:
+    def __init__(self, url: str, model: str = inference.EMBEDDING_MODEL) -> None:
         self.url = url
         self.model = model
         self._client = aio_grpcclient.InferenceServerClient(url=url)
@@ -102,8 +102,8 @@ class AsyncTritonEmbedder:
 
     async def embed(self, texts: Sequence[str], timeout_s: float = 5.0) -> np.ndarray:
         if not texts:
-            return np.zeros((0, protocol.EMBEDDING_DIM), dtype=np.float32)
-        size = protocol.EMBEDDING_MAX_BATCH
+            return np.zeros((0, inference.EMBEDDING_DIM), dtype=np.float32)
+        size = inference.EMBEDDING_MAX_BATCH
         try:
             async with asyncio.timeout(timeout_s):
                 parts = await asyncio.gather(*(

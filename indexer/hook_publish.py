@@ -6,7 +6,7 @@ in ~20 ms, and a minimal NATS client (CONNECT, SUB, PUB with a reply inbox, wait
 JetStream ack) finishes in a few more, so the hook never slows a commit down. When NATS cannot
 be reached it says so in one line and exits 0: a commit never fails because of us.
 
-The message (``ctxpress.wire.v1.IndexEvent``) carries the content of every changed path at the
+The message (``ctxpress.core.wire.v1.IndexEvent``) carries the content of every changed path at the
 new commit, so the index worker needs no access to this disk. Secrets (``indexer.filters``) are
 never read, and binaries and files over the size limit are sent as names only.
 """
@@ -151,7 +151,7 @@ def split_messages(event: dict[str, object], changes: list[dict[str, str | None]
 
 def read_credentials(path: str) -> tuple[str, str, str, str | None]:
     """(url, user, password, CA certificate or None) of a ctxpress credentials file (what
-    ctxpress.team.load_credentials reads; JSON, so the standard library is enough)."""
+    ctxpress.core.identity.load_credentials reads; JSON, so the standard library is enough)."""
     try:
         raw = json.loads(Path(path).read_text())
         ca = raw.get("ca")
@@ -214,7 +214,7 @@ class TinyNats:
 
     def publish_all(self, subject: str, payloads: list[bytes], timeout_s: float) -> list[int]:
         """Publish and wait for every JetStream ack; returns the stream sequences."""
-        # A user in team mode may subscribe only under _INBOX.<user> (ctxpress.team.inbox_prefix).
+        # A user in team mode may subscribe only under _INBOX.<user> (ctxpress.core.identity.inbox_prefix).
         owner = f"{self.user}." if self.user and self.password else ""
         inbox = f"_INBOX.{owner}{secrets.token_hex(8)}"
         out = [f"SUB {inbox}.* 1\r\n".encode()]

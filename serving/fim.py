@@ -28,7 +28,7 @@ STOP_WORDS: tuple[str, ...] = (
 # The special tokens this template writes into a prompt. Anywhere else in a prompt, the same strings are text: a
 # file may contain "<|fim_middle|>" (this very module does), and read as the special token it would end the
 # prompt's prefix early and steer the model. The worker sends the offsets of its own markers with the prompt
-# (``fim_markers``, protocol.CTX_TEMPLATE_MARKERS); the engine parses special tokens only there.
+# (``fim_markers``, inference.CTX_TEMPLATE_MARKERS); the engine parses special tokens only there.
 TEMPLATE_MARKERS: tuple[str, ...] = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
 
 

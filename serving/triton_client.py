@@ -1,7 +1,7 @@
 """Async client for the completion model behind Triton (gRPC, streaming).
 
 The same code talks to the embedded CPU engine and to a TensorRT-LLM deployment: it
-only uses the tensor names of ``serving.protocol``. Always the streaming API, which
+only uses the tensor names of ``ctxpress.core.inference``. Always the streaming API, which
 works for decoupled and non-decoupled models alike.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from serving import protocol
+from ctxpress.core import inference
 
 log = logging.getLogger("ctxpress.triton_client")
 
@@ -45,14 +45,14 @@ class CompletionResult:
 
 
 _FIGURE_NAMES = (
-    protocol.CTX_PROMPT_TOKENS,
-    protocol.CTX_CACHED_TOKENS,
-    protocol.CTX_COMPLETION_TOKENS,
-    protocol.CTX_DRAFT_PROPOSED,
-    protocol.CTX_DRAFT_ACCEPTED,
-    protocol.CTX_KV_BYTES,
-    protocol.CTX_RESTORED_TOKENS,
-    protocol.CTX_RESTORE_MS,
+    inference.CTX_PROMPT_TOKENS,
+    inference.CTX_CACHED_TOKENS,
+    inference.CTX_COMPLETION_TOKENS,
+    inference.CTX_DRAFT_PROPOSED,
+    inference.CTX_DRAFT_ACCEPTED,
+    inference.CTX_KV_BYTES,
+    inference.CTX_RESTORED_TOKENS,
+    inference.CTX_RESTORE_MS,
 )
 
 
@@ -75,21 +75,21 @@ def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequen
         words = np.array([[w.encode("utf-8") for w in stop_words]], dtype=object)
         tensors.append(make("stop_words", "BYTES", words))
     if cache_key:
-        tensors.append(make(protocol.CTX_CACHE_KEY, "BYTES", np.array([[cache_key.encode("utf-8")]], dtype=object)))
+        tensors.append(make(inference.CTX_CACHE_KEY, "BYTES", np.array([[cache_key.encode("utf-8")]], dtype=object)))
     if speculation:
-        tensors.append(make(protocol.CTX_SPECULATION, "BYTES", np.array([[speculation.encode()]], dtype=object)))
+        tensors.append(make(inference.CTX_SPECULATION, "BYTES", np.array([[speculation.encode()]], dtype=object)))
     if request_id:
-        tensors.append(make(protocol.CTX_REQUEST_ID, "BYTES", np.array([[request_id.encode()]], dtype=object)))
+        tensors.append(make(inference.CTX_REQUEST_ID, "BYTES", np.array([[request_id.encode()]], dtype=object)))
     if deadline_ms is not None:
-        tensors.append(make(protocol.CTX_DEADLINE_MS, "INT32", np.array([[max(deadline_ms, 1)]], dtype=np.int32)))
+        tensors.append(make(inference.CTX_DEADLINE_MS, "INT32", np.array([[max(deadline_ms, 1)]], dtype=np.int32)))
     if template_markers is not None:
-        tensors.append(make(protocol.CTX_TEMPLATE_MARKERS, "INT32",
+        tensors.append(make(inference.CTX_TEMPLATE_MARKERS, "INT32",
                             np.array([list(template_markers) or [-1]], dtype=np.int32)))
     return tensors
 
 
 class TritonCompletionClient:
-    def __init__(self, url: str, model: str = protocol.COMPLETION_MODEL) -> None:
+    def __init__(self, url: str, model: str = inference.COMPLETION_MODEL) -> None:
         self.url = url
         self.model = model
         self._client = grpcclient.InferenceServerClient(url=url)
@@ -153,11 +153,11 @@ class TritonCompletionClient:
     async def cancel(self, request_id: str) -> bool:
         """Abandon a request on the engine (dropped if queued, stopped at its next step if running).
         True when the engine knew it; never raises (a failed cancel leaves the deadline to stop it)."""
-        tensor = grpcclient.InferInput(protocol.CTX_REQUEST_ID, [1], "BYTES")  # the model does not batch
+        tensor = grpcclient.InferInput(inference.CTX_REQUEST_ID, [1], "BYTES")  # the model does not batch
         tensor.set_data_from_numpy(np.array([request_id.encode()], dtype=object))
         try:
             async with asyncio.timeout(5.0):
-                reply = await self._client.infer(protocol.CANCEL_MODEL, [tensor])
+                reply = await self._client.infer(inference.CANCEL_MODEL, [tensor])
         except InferenceServerException as exc:
             if "unknown model" in str(exc).lower() or "not found" in str(exc).lower():
                 self.cancel_model_missing = True
@@ -200,7 +200,7 @@ class TritonCompletionClient:
                     value = response.as_numpy(name)
                     if value is not None and value.size and int(value.reshape(-1)[0]) >= 0:
                         figures[name] = int(value.reshape(-1)[0])  # negative: the backend does not know
-                finish_raw = response.as_numpy(protocol.CTX_FINISH_REASON)
+                finish_raw = response.as_numpy(inference.CTX_FINISH_REASON)
                 finish = None
                 if finish_raw is not None and finish_raw.size:
                     item = finish_raw.reshape(-1)[0]

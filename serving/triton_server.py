@@ -1,7 +1,7 @@
 """The embedded Triton Inference Server: pytriton's bundled tritonserver serving the CPU engine.
 
 Run as its own process (``python -m serving.triton_server``); ``ctxpress up`` starts it.
-The model is named and shaped like TensorRT-LLM's ``ensemble`` (see ``serving.protocol``)
+The model is named and shaped like TensorRT-LLM's ``ensemble`` (see ``ctxpress.core.inference``)
 and is decoupled, so clients stream over gRPC exactly as they would against a GPU
 deployment.
 """
@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from ctxpress.settings import Settings, get_settings
-from serving import protocol
+from ctxpress.core import inference
+from ctxpress.core.settings import Settings, get_settings
 from serving.cpu_engine import EngineConfig, GaveWay, GenerationChunk, GenerationFigures, LlamaEngine
 from serving.scheduler import WINDOW_S, LatencyFirstScheduler, Ticket
+from serving.weights import draft_model_path
 
 log = logging.getLogger("ctxpress.triton")
 
@@ -108,15 +109,15 @@ def _response(text: str, figures: GenerationFigures) -> dict[str, np.ndarray]:
 
     return {
         "text_output": np.array([[text.encode("utf-8")]], dtype=object),
-        protocol.CTX_PROMPT_TOKENS: i32(figures.prompt_tokens),
-        protocol.CTX_CACHED_TOKENS: i32(figures.cached_tokens),
-        protocol.CTX_COMPLETION_TOKENS: i32(figures.completion_tokens),
-        protocol.CTX_DRAFT_PROPOSED: i32(figures.draft_proposed),
-        protocol.CTX_DRAFT_ACCEPTED: i32(figures.draft_accepted),
-        protocol.CTX_KV_BYTES: i32(figures.kv_bytes),
-        protocol.CTX_RESTORED_TOKENS: i32(figures.restored_tokens),
-        protocol.CTX_RESTORE_MS: i32(round(figures.restore_ms)),
-        protocol.CTX_FINISH_REASON: np.array([[figures.finish_reason.encode()]], dtype=object),
+        inference.CTX_PROMPT_TOKENS: i32(figures.prompt_tokens),
+        inference.CTX_CACHED_TOKENS: i32(figures.cached_tokens),
+        inference.CTX_COMPLETION_TOKENS: i32(figures.completion_tokens),
+        inference.CTX_DRAFT_PROPOSED: i32(figures.draft_proposed),
+        inference.CTX_DRAFT_ACCEPTED: i32(figures.draft_accepted),
+        inference.CTX_KV_BYTES: i32(figures.kv_bytes),
+        inference.CTX_RESTORED_TOKENS: i32(figures.restored_tokens),
+        inference.CTX_RESTORE_MS: i32(round(figures.restore_ms)),
+        inference.CTX_FINISH_REASON: np.array([[figures.finish_reason.encode()]], dtype=object),
     }
 
 
@@ -220,7 +221,7 @@ class CompletionModel:
         """The cancel model: each named request is abandoned (see ``AbandonedRequests``)."""
         out = []
         for request in requests:
-            known = self.abandoned.cancel(_text(request.data, protocol.CTX_REQUEST_ID))
+            known = self.abandoned.cancel(_text(request.data, inference.CTX_REQUEST_ID))
             out.append({"ok": np.array([[int(known)]], dtype=np.int32)})
         return out
 
@@ -263,12 +264,12 @@ class CompletionModel:
         stream = bool(_scalar(inputs, "stream", False))
         temperature = float(_scalar(inputs, "temperature", 0.0))
         stop = _decode_list(inputs.get("stop_words"))
-        cache_key = _text(inputs, protocol.CTX_CACHE_KEY) or None
-        speculation = _text(inputs, protocol.CTX_SPECULATION) or None
-        budget_ms = int(_scalar(inputs, protocol.CTX_DEADLINE_MS, 0))
-        raw_markers = inputs.get(protocol.CTX_TEMPLATE_MARKERS)
+        cache_key = _text(inputs, inference.CTX_CACHE_KEY) or None
+        speculation = _text(inputs, inference.CTX_SPECULATION) or None
+        budget_ms = int(_scalar(inputs, inference.CTX_DEADLINE_MS, 0))
+        raw_markers = inputs.get(inference.CTX_TEMPLATE_MARKERS)
         markers = None if raw_markers is None else [int(m) for m in np.asarray(raw_markers).reshape(-1)]
-        watch = self.abandoned.watch(_text(inputs, protocol.CTX_REQUEST_ID) or None,
+        watch = self.abandoned.watch(_text(inputs, inference.CTX_REQUEST_ID) or None,
                                      time.monotonic() + budget_ms / 1000 if budget_ms > 0 else None)
 
         loop = asyncio.get_running_loop()
@@ -376,24 +377,24 @@ def _bind_completion_model(triton: Any, engine: LlamaEngine, status_path: Path |
                            latency_first: bool = True) -> None:
     from pytriton.model_config import ModelConfig, Tensor
 
-    def spec(t: protocol.TensorSpec, *, output: bool = False) -> Tensor:
+    def spec(t: inference.TensorSpec, *, output: bool = False) -> Tensor:
         dtype = {"BYTES": bytes, "INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_}[t.triton_dtype]
         # Triton has no optional outputs; this engine always produces every figure.
         return Tensor(name=t.name, dtype=dtype, shape=t.dims, optional=t.optional and not output)
 
     model = CompletionModel(engine, status_path, latency_first)
     triton.bind(
-        model_name=protocol.COMPLETION_MODEL,
+        model_name=inference.COMPLETION_MODEL,
         infer_func=model,
-        inputs=[spec(t) for t in protocol.COMPLETION_INPUTS],
-        outputs=[spec(t, output=True) for t in protocol.COMPLETION_OUTPUTS + protocol.FIGURE_OUTPUTS],
+        inputs=[spec(t) for t in inference.COMPLETION_INPUTS],
+        outputs=[spec(t, output=True) for t in inference.COMPLETION_OUTPUTS + inference.FIGURE_OUTPUTS],
         config=ModelConfig(batching=True, max_batch_size=1, decoupled=True),
         strict=False,
     )
     triton.bind(
-        model_name=protocol.CANCEL_MODEL,
+        model_name=inference.CANCEL_MODEL,
         infer_func=model.cancel,
-        inputs=[Tensor(name=protocol.CTX_REQUEST_ID, dtype=bytes, shape=(1,))],
+        inputs=[Tensor(name=inference.CTX_REQUEST_ID, dtype=bytes, shape=(1,))],
         outputs=[Tensor(name="ok", dtype=np.int32, shape=(1,))],
         config=ModelConfig(batching=False),
         strict=False,
@@ -406,7 +407,7 @@ def serve(settings: Settings, model_path: Path) -> int:
 
     engine = EngineConfig(
         model_path=model_path, n_ctx=settings.n_ctx, n_threads=settings.n_threads, kv_type=settings.kv_cache_type,
-        n_slots=settings.kv_pool_slots, draft_model_path=settings.effective_draft_model_path(),
+        n_slots=settings.kv_pool_slots, draft_model_path=draft_model_path(settings),
         speculation=settings.speculation, kv_disk_dir=settings.state_dir / "kv",
         kv_disk_budget_bytes=settings.kv_disk_budget_mb * 1024 * 1024,
     )

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxpress.core.settings import Settings
+
 
 @dataclass(frozen=True)
 class PackagedModel:
@@ -96,3 +98,15 @@ def ensure_model(model: PackagedModel, models_dir: Path, progress: ProgressFn | 
     os.replace(partial, target)
     marker.write_text(model.sha256 + "\n")
     return target
+
+
+def draft_model_path(settings: Settings) -> Path | None:
+    """The draft model for speculative decoding, or None (off, or its package is missing)."""
+    if settings.draft_model_path is not None:
+        return settings.draft_model_path
+    if settings.draft_model == "off":
+        return None
+    try:
+        return ensure_model(DRAFT, settings.models_dir)
+    except Exception:  # optional: speculation falls back to n-gram drafting
+        return None

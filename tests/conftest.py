@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxpress.settings import Settings
+from ctxpress.core.settings import Settings
 
 
 def free_port() -> int:

@@ -12,8 +12,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ctxpress import team
-from ctxpress.services import NatsPart
-from ctxpress.settings import Settings
+from ctxpress.core import identity
+from ctxpress.core.settings import Settings
+from ctxpress.parts import NatsPart
 from db import team as store
 from db.embedded import EmbeddedPostgres
 from db.migrations import migrate
@@ -54,12 +55,12 @@ def team_nats(settings: Settings) -> Iterator[NatsPart]:
         part.stop()
 
 
-def add_developer(settings: Settings, name: str, repositories: list[str]) -> team.NatsCredentials:
+def add_developer(settings: Settings, name: str, repositories: list[str]) -> identity.NatsCredentials:
     """What `ctxpress users add` does, in-process."""
-    password = team.new_password()
-    store.add_user(settings.effective_database_url(), name, team.bcrypt_hash(password, 4), repositories)
+    password = identity.new_password()
+    store.add_user(settings.effective_database_url(), name, identity.bcrypt_hash(password, 4), repositories)
     team.sync_authorization(settings, lambda line: None)
-    return team.NatsCredentials(settings.effective_nats_url(), name, password, team.client_ca(settings))
+    return identity.NatsCredentials(settings.effective_nats_url(), name, password, identity.client_ca(settings))
 
 
 def plain_text_login(url: str, user: str, password: str) -> tuple[dict[str, Any], bytes]:

@@ -29,11 +29,12 @@ from nats.aio.subscription import Subscription
 from prometheus_client import start_http_server
 from pydantic import ValidationError
 
-from ctxpress.features import resolve as resolve_features
-from ctxpress.languages import language_from_path
-from ctxpress.settings import Settings
-from ctxpress.team import service_connect_options, subject_user, team_mode, user_subject
-from ctxpress.wire.v1 import (
+from ctxpress.core import inference
+from ctxpress.core.features import resolve as resolve_features
+from ctxpress.core.identity import service_connect_options, subject_user, team_mode, user_subject
+from ctxpress.core.languages import language_from_path
+from ctxpress.core.settings import Settings
+from ctxpress.core.wire.v1 import (
     SUBJECT_CANCEL,
     SUBJECT_FILE_OPENED,
     BlockReport,
@@ -53,7 +54,6 @@ from ctxpress.wire.v1 import (
 from indexer.embeddings import AsyncTritonEmbedder
 from indexer.parsing import TREE_CACHE
 from indexer.symbols import warm_up
-from serving import protocol
 from serving.fim import FIM_PREFIX, FIM_SUFFIX, STOP_WORDS, fim_markers, fim_prompt
 from serving.triton_client import (
     InferenceTimeout,
@@ -385,9 +385,9 @@ class CompletionService:
             head, template_markers=markers,
             max_tokens=0, timeout_s=self.settings.triton_timeout_s,
             cache_key=self._cache_key(request, features, caller), speculation="none")
-        metrics.PREWARMED_TOKENS.inc(result.figures.get(protocol.CTX_PROMPT_TOKENS, 0))
+        metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))
         log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
-            protocol.CTX_PROMPT_TOKENS), "reused": result.figures.get(protocol.CTX_CACHED_TOKENS),
+            inference.CTX_PROMPT_TOKENS), "reused": result.figures.get(inference.CTX_CACHED_TOKENS),
             "finish": result.finish_reason}))
 
     def _resolve_text(self, request: CompletionRequest, caller: Caller) -> tuple[str, str]:
@@ -615,11 +615,11 @@ class CompletionService:
             raise RequestError(ErrorCode.INFERENCE_FAILED, f"inference failed: {exc}") from None
         report = prepared.report
         report.file_tokens = await file_tokens
-        report.prompt_tokens = result.figures.get(protocol.CTX_PROMPT_TOKENS)
-        report.cached_tokens = result.figures.get(protocol.CTX_CACHED_TOKENS)
-        report.kv_bytes = result.figures.get(protocol.CTX_KV_BYTES)
-        report.restored_tokens = result.figures.get(protocol.CTX_RESTORED_TOKENS)
-        report.restore_ms = result.figures.get(protocol.CTX_RESTORE_MS)
+        report.prompt_tokens = result.figures.get(inference.CTX_PROMPT_TOKENS)
+        report.cached_tokens = result.figures.get(inference.CTX_CACHED_TOKENS)
+        report.kv_bytes = result.figures.get(inference.CTX_KV_BYTES)
+        report.restored_tokens = result.figures.get(inference.CTX_RESTORED_TOKENS)
+        report.restore_ms = result.figures.get(inference.CTX_RESTORE_MS)
         total_ms = (time.perf_counter() - received_at) * 1000
         first = result.first_token_ms or result.total_ms
         return CompletionResponse(
@@ -638,9 +638,9 @@ class CompletionService:
                 total_ms=total_ms,
             ),
             context=report,
-            completion_tokens=result.figures.get(protocol.CTX_COMPLETION_TOKENS),
-            draft_tokens_proposed=result.figures.get(protocol.CTX_DRAFT_PROPOSED),
-            draft_tokens_accepted=result.figures.get(protocol.CTX_DRAFT_ACCEPTED),
+            completion_tokens=result.figures.get(inference.CTX_COMPLETION_TOKENS),
+            draft_tokens_proposed=result.figures.get(inference.CTX_DRAFT_PROPOSED),
+            draft_tokens_accepted=result.figures.get(inference.CTX_DRAFT_ACCEPTED),
             features=prepared.features,
         )
 

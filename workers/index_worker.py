@@ -26,9 +26,9 @@ import nats
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from ctxpress.settings import Settings
-from ctxpress.team import service_connect_options, subject_kind, subject_user, team_mode
-from ctxpress.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
+from ctxpress.core.identity import service_connect_options, subject_kind, subject_user, team_mode
+from ctxpress.core.settings import Settings
+from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
 from indexer.stream import ensure_stream, next_batch

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ctxpress.core.features import parse_list
+from ctxpress.core.settings import Settings
 from ctxpress.evaluation.scenarios import SCENARIOS
-from ctxpress.features import parse_list
-from ctxpress.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -185,9 +185,9 @@ async def _bridge_typing(typing_file: Path | None, cfg: Any) -> dict[str, Any]:
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.core.features import parse_list
     from ctxpress.evaluation.bench import BenchConfig, final_line, report_lines, run_bench
     from ctxpress.evaluation.scenarios import DEFAULT_SCENARIOS
-    from ctxpress.features import parse_list
 
     modes = ["baseline", "optimized"] if args.mode == "both" else [args.mode]
     try:

@@ -28,11 +28,11 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from ctxpress.client import CompletionClient
+from ctxpress.core.settings import Settings
+from ctxpress.core.wire.v1 import FileOpened
 from ctxpress.evaluation.bench import BenchConfig, Sample, _step_request, third_party_root, typing_plan
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
-from ctxpress.settings import Settings
-from ctxpress.wire.v1 import FileOpened
 
 EDITOR_TIMEOUT_MS = 30_000  # what `ctxpress lsp` gives a request by default
 MIN_LINES, MAX_LINES = 150, 4_000
@@ -103,7 +103,7 @@ def tree_rss_kib(pid: int, children: dict[int, list[int]]) -> int:
 
 
 def part_memory_mib(settings: Settings) -> dict[str, float]:
-    from ctxpress.services import parts
+    from ctxpress.parts import parts
 
     children = _children()
     out = {}

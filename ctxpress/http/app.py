@@ -11,12 +11,12 @@ from collections import Counter
 
 from aiohttp import web
 
+from ctxpress.core.identity import NatsCredentials, TeamConfigError, load_credentials, team_mode
+from ctxpress.core.settings import Settings
 from ctxpress.http import continue_fim, llama_cpp, tabby
 from ctxpress.http.auth import AuthConfigError, bearer_token_middleware, configured_token, require_token_where_needed
 from ctxpress.http.replies import Handler, HttpError, errors_as_json
 from ctxpress.http.upstream import Upstream
-from ctxpress.settings import Settings
-from ctxpress.team import NatsCredentials, TeamConfigError, load_credentials, team_mode
 
 log = logging.getLogger("ctxpress.http")
 

@@ -11,9 +11,9 @@ import hmac
 
 from aiohttp import web
 
+from ctxpress.core.identity import is_loopback
+from ctxpress.core.settings import Settings
 from ctxpress.http.replies import Handler, error_reply
-from ctxpress.settings import Settings
-from ctxpress.team import is_loopback
 
 MIN_TOKEN_CHARS = 16
 

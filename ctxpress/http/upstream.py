@@ -13,16 +13,16 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
-from ctxpress.http.replies import HttpError
-from ctxpress.lsp.appliance import Appliance, Unreachable, editor_subject
-from ctxpress.settings import Settings
-from ctxpress.team import NatsCredentials
-from ctxpress.wire.v1 import (
+from ctxpress.core.identity import NatsCredentials
+from ctxpress.core.settings import Settings
+from ctxpress.core.wire.v1 import (
     CompletionRequest,
     ErrorCode,
     Feedback,
     FileOpened,
 )
+from ctxpress.http.replies import HttpError
+from ctxpress.lsp.appliance import Appliance, Unreachable, editor_subject
 
 log = logging.getLogger("ctxpress.http")
 

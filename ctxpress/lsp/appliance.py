@@ -20,9 +20,9 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ctxpress.settings import Settings
-from ctxpress.team import NatsCredentials
-from ctxpress.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_FILE_SAVED, CancelRequest
+from ctxpress.core.identity import NatsCredentials
+from ctxpress.core.settings import Settings
+from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_FILE_SAVED, CancelRequest
 
 log = logging.getLogger("ctxpress.lsp")
 

@@ -14,7 +14,7 @@ from build_engines.options import BuildOptions
 from build_engines.plan import make_plan
 from build_engines.runner import run_plan
 from build_engines.triton_repo import RepoSettings, write_repository
-from serving import protocol
+from ctxpress.core import inference
 
 WIRE_TO_ENUM = {"BYTES": mc.TYPE_STRING, "INT32": mc.TYPE_INT32, "FP32": mc.TYPE_FP32, "BOOL": mc.TYPE_BOOL}
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -92,16 +92,16 @@ def test_every_config_parses_and_expected_models_exist(repo: dict[str, mc.ModelC
 
 
 def test_ensemble_accepts_what_workers_send(repo: dict[str, mc.ModelConfig]) -> None:
-    ens = repo[protocol.COMPLETION_MODEL]
+    ens = repo[inference.COMPLETION_MODEL]
     assert ens.platform == "ensemble"
     inputs = {i.name: i for i in ens.input}
-    assert set(inputs) == {s.name for s in protocol.COMPLETION_INPUTS}
-    for spec in protocol.COMPLETION_INPUTS:
+    assert set(inputs) == {s.name for s in inference.COMPLETION_INPUTS}
+    for spec in inference.COMPLETION_INPUTS:
         assert inputs[spec.name].data_type == WIRE_TO_ENUM[spec.triton_dtype], spec.name
         assert tuple(inputs[spec.name].dims) == spec.dims, spec.name
         assert inputs[spec.name].optional == spec.optional, spec.name
     outputs = {o.name: o for o in ens.output}
-    for spec in (*protocol.COMPLETION_OUTPUTS, *protocol.FIGURE_OUTPUTS):
+    for spec in (*inference.COMPLETION_OUTPUTS, *inference.FIGURE_OUTPUTS):
         assert outputs[spec.name].data_type == WIRE_TO_ENUM[spec.triton_dtype], spec.name
         assert tuple(outputs[spec.name].dims) == spec.dims, spec.name
 

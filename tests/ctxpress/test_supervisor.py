@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from ctxpress.services import Part, StartError
-from ctxpress.settings import Settings
+from ctxpress.core.settings import Settings
+from ctxpress.parts import Part, StartError
 from ctxpress.supervisor import Backoff, HangDetector, Watch, describe, exit_reason, read_state
 
 

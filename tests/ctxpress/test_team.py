@@ -20,10 +20,11 @@ import pytest
 from nats.aio.client import Client
 
 from ctxpress import team
-from ctxpress.services import NatsPart
-from ctxpress.settings import Settings
-from ctxpress.tls import client_context, tls_dir
-from ctxpress.wire.v1 import SUBJECT_INDEX_GIT
+from ctxpress.core import identity
+from ctxpress.core.settings import Settings
+from ctxpress.core.tls import client_context, tls_dir
+from ctxpress.core.wire.v1 import SUBJECT_INDEX_GIT
+from ctxpress.parts import NatsPart
 from indexer.hook_publish import PublishError, TinyNats
 from indexer.stream import ensure_stream
 from tests.indexer.index_repo import git, make_repo
@@ -46,29 +47,29 @@ from tests.team_services import add_developer, embedded_postgres, plain_text_log
 ])
 def test_team_mode_is_on_when_asked_or_when_nats_is_reachable_from_other_hosts(over: dict[str, Any],
                                                                                expected: bool) -> None:
-    assert team.team_mode(Settings(**over)) is expected
+    assert identity.team_mode(Settings(**over)) is expected
 
 
 def test_user_subjects_round_trip_and_other_subjects_have_no_user() -> None:
-    assert team.user_subject("alice", "complete") == "ctxpress.v1.u.alice.complete"
-    for kind in team.USER_KINDS:
-        subject = team.user_subject("alice", kind)
-        assert team.subject_user(subject) == "alice" and team.subject_kind(subject) == kind
+    assert identity.user_subject("alice", "complete") == "ctxpress.v1.u.alice.complete"
+    for kind in identity.USER_KINDS:
+        subject = identity.user_subject("alice", kind)
+        assert identity.subject_user(subject) == "alice" and identity.subject_kind(subject) == kind
     for subject in ("ctxpress.v1.complete", "ctxpress.v1.u.alice", "ctxpress.v1.u.alice.unknown",
                     "ctxpress.v1.u.Alice.complete", "x.ctxpress.v1.u.alice.complete", "ctxpress.v1.u..complete"):
-        assert team.subject_user(subject) is None, subject
+        assert identity.subject_user(subject) is None, subject
     with pytest.raises(ValueError):
-        team.validate_name("a.b")  # a '.' would give the user a second subject token
+        identity.validate_name("a.b")  # a '.' would give the user a second subject token
     with pytest.raises(ValueError):
-        team.user_subject("alice", "index")
+        identity.user_subject("alice", "index")
 
 
 def test_credentials_file_round_trip_is_owner_only(tmp_path: Path) -> None:
-    creds = team.NatsCredentials("nats://appliance.example:4222", "alice", "s3cret")
-    path = team.write_credentials(tmp_path / "alice.json", creds)
+    creds = identity.NatsCredentials("nats://appliance.example:4222", "alice", "s3cret")
+    path = identity.write_credentials(tmp_path / "alice.json", creds)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert team.load_credentials(path) == creds
-    assert json.loads(path.read_text())["format"] == team.CREDENTIALS_FORMAT
+    assert identity.load_credentials(path) == creds
+    assert json.loads(path.read_text())["format"] == identity.CREDENTIALS_FORMAT
     assert creds.connect_options() == {"user": "alice", "password": "s3cret", "inbox_prefix": "_INBOX.alice"}
     assert creds.subject("file_saved") == "ctxpress.v1.u.alice.file_saved"
 
@@ -77,15 +78,15 @@ def test_credentials_file_round_trip_is_owner_only(tmp_path: Path) -> None:
     ("-----BEGIN NATS USER JWT-----\neyJ...\n", "JWT"),
     ("user=alice\n", "not JSON"),
     ('{"nats_url": "nats://x:4222", "user": "a", "password": "b"}', "expected format"),
-    (json.dumps({"format": team.CREDENTIALS_FORMAT, "nats_url": "nats://x:4222", "user": "a"}), "missing password"),
+    (json.dumps({"format": identity.CREDENTIALS_FORMAT, "nats_url": "nats://x:4222", "user": "a"}), "missing password"),
 ])
 def test_unusable_credentials_files_are_refused_with_the_reason(tmp_path: Path, content: str, says: str) -> None:
     path = tmp_path / "creds"
     path.write_text(content)
-    with pytest.raises(team.TeamConfigError, match=says):
-        team.load_credentials(path)
-    with pytest.raises(team.TeamConfigError, match="cannot read"):
-        team.load_credentials(tmp_path / "missing.json")
+    with pytest.raises(identity.TeamConfigError, match=says):
+        identity.load_credentials(path)
+    with pytest.raises(identity.TeamConfigError, match="cannot read"):
+        identity.load_credentials(tmp_path / "missing.json")
 
 
 def _authorization(text: str) -> dict[str, dict[str, Any]]:
@@ -96,15 +97,15 @@ def _authorization(text: str) -> dict[str, dict[str, Any]]:
 
 def test_generated_authorization_gives_each_credential_only_its_subjects(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path, team=True)
-    services = team.ensure_service_credentials(settings)
-    for name in team.SERVICE_USERS:
-        assert stat.S_IMODE(team.service_credentials_path(settings, name).stat().st_mode) == 0o600
-    alice_hash = team.bcrypt_hash("alice-password", 4)
+    services = identity.ensure_service_credentials(settings)
+    for name in identity.SERVICE_USERS:
+        assert stat.S_IMODE(identity.service_credentials_path(settings, name).stat().st_mode) == 0o600
+    alice_hash = identity.bcrypt_hash("alice-password", 4)
     users = _authorization(team.render_authorization(
         settings, [team.TeamUser("alice", alice_hash), team.TeamUser("worker", alice_hash)], services))
     assert sorted(users) == ["alice", "hooks", "worker"]  # a developer row named "worker" never shadows the service
     assert users["alice"]["password"] == alice_hash and alice_hash.startswith("$2a$")
-    for name in team.SERVICE_USERS:  # plain passwords never reach the config
+    for name in identity.SERVICE_USERS:  # plain passwords never reach the config
         hashed = users[name]["password"]
         assert hashed.startswith("$2a$04$") and bcrypt.checkpw(services[name].password.encode(), hashed.encode())
     assert users["alice"]["permissions"] == {"publish": {"allow": ["ctxpress.v1.u.alice.>"]},
@@ -125,9 +126,9 @@ def test_nats_config_includes_the_users_in_team_mode_only(tmp_path: Path) -> Non
     NatsPart(settings).argv()
     config = (settings.state_dir / "nats" / "nats-server.conf").read_text()
     assert f'listen: "0.0.0.0:{settings.nats_port}"' in config
-    assert f'include "{team.AUTHORIZATION_FILE}"' in config
+    assert f'include "{identity.AUTHORIZATION_FILE}"' in config
     assert f'http: "127.0.0.1:{settings.nats_monitor_port}"' in config  # connection lists stay on loopback
-    assert (settings.state_dir / "nats" / team.AUTHORIZATION_FILE).exists()
+    assert (settings.state_dir / "nats" / identity.AUTHORIZATION_FILE).exists()
 
 
 def test_up_refuses_team_mode_against_an_external_nats_without_credentials(tmp_path: Path) -> None:
@@ -157,12 +158,12 @@ def settings(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Ite
 
 
 @pytest.fixture(scope="module")
-def alice(settings: Settings) -> team.NatsCredentials:
+def alice(settings: Settings) -> identity.NatsCredentials:
     return add_developer(settings, "alice", ["alpha"])
 
 
 @pytest.fixture(scope="module")
-def bob(settings: Settings) -> team.NatsCredentials:
+def bob(settings: Settings) -> identity.NatsCredentials:
     return add_developer(settings, "bob", ["beta"])
 
 
@@ -185,12 +186,12 @@ async def connect(url: str, **options: Any) -> Connection:
 
 @pytest.fixture
 async def worker_conn(settings: Settings) -> AsyncIterator[Connection]:
-    conn = await connect(settings.effective_nats_url(), **team.service_connect_options(settings))
+    conn = await connect(settings.effective_nats_url(), **identity.service_connect_options(settings))
     yield conn
     await conn.client.close()
 
 
-async def test_an_unauthenticated_client_cannot_connect(settings: Settings, alice: team.NatsCredentials) -> None:
+async def test_an_unauthenticated_client_cannot_connect(settings: Settings, alice: identity.NatsCredentials) -> None:
     assert alice.ca is not None
     tls = client_context(alice.ca)
     for options in ({}, {"user": "alice", "password": "not-hers"}, {"user": "nobody", "password": "x"}):
@@ -200,7 +201,7 @@ async def test_an_unauthenticated_client_cannot_connect(settings: Settings, alic
 
 
 async def test_clients_must_speak_tls_and_verify_the_appliances_certificate(settings: Settings,
-                                                                            alice: team.NatsCredentials) -> None:
+                                                                            alice: identity.NatsCredentials) -> None:
     info, answer = plain_text_login(settings.effective_nats_url(), alice.user, alice.password)
     assert info["tls_required"] is True
     # The right password, in clear: the server takes it for a failed TLS handshake and hangs up.
@@ -216,8 +217,8 @@ async def test_clients_must_speak_tls_and_verify_the_appliances_certificate(sett
 
 
 async def test_a_user_cannot_publish_on_another_users_subject(settings: Settings, worker_conn: Connection,
-                                                             alice: team.NatsCredentials,
-                                                             bob: team.NatsCredentials) -> None:
+                                                             alice: identity.NatsCredentials,
+                                                             bob: identity.NatsCredentials) -> None:
     seen: list[str] = []
 
     async def on_request(msg: Any) -> None:
@@ -240,7 +241,7 @@ async def test_a_user_cannot_publish_on_another_users_subject(settings: Settings
         await conn.client.close()
 
 
-async def test_a_user_cannot_listen_to_other_users_requests_or_replies(alice: team.NatsCredentials) -> None:
+async def test_a_user_cannot_listen_to_other_users_requests_or_replies(alice: identity.NatsCredentials) -> None:
     conn = await connect(alice.nats_url, **alice.connect_options())
     try:
         for subject in ("_INBOX.>", "_INBOX.bob.>", "ctxpress.v1.u.*.complete", "ctxpress.v1.u.bob.>"):
@@ -256,7 +257,7 @@ async def test_a_user_cannot_listen_to_other_users_requests_or_replies(alice: te
 async def test_hooks_publish_index_events_but_not_completion_requests(settings: Settings,
                                                                      worker_conn: Connection) -> None:
     await ensure_stream(worker_conn.client.jetstream(), settings)  # as the index worker does at start
-    hooks = team.load_credentials(team.service_credentials_path(settings, team.HOOKS_USER))
+    hooks = identity.load_credentials(identity.service_credentials_path(settings, identity.HOOKS_USER))
     event = json.dumps({"repository": "alpha", "commit": "a" * 40, "hook": "post-commit", "changes": []}).encode()
     client = TinyNats(settings.effective_nats_url(), hooks.user, hooks.password, hooks.ca)  # the hook's own client
     try:
@@ -294,7 +295,7 @@ async def test_hooks_installed_with_the_hooks_credentials_publish_a_commit(setti
                      {**env, "CTXPRESS_NATS_CREDENTIALS": str(hooks_file)})
     assert installed.returncode == 0, installed.stderr
     hook = (root / ".git" / "hooks" / "post-commit").read_text()
-    assert str(hooks_file) in hook and team.load_credentials(hooks_file).password not in hook
+    assert str(hooks_file) in hook and identity.load_credentials(hooks_file).password not in hook
     (root / "shop" / "more.py").write_text("def more():\n    return 3\n")
     git(root, "add", "-A")
     commit = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "more"]
@@ -323,7 +324,7 @@ async def test_users_cli_adds_and_removes_a_user_without_restarting_nats(setting
     added = _ctxpress(settings, "add", "carol", "--repos", "alpha, gamma", "--out", str(out))
     assert added.returncode == 0, added.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
-    carol = team.load_credentials(out)
+    carol = identity.load_credentials(out)
     assert (carol.user, carol.nats_url) == ("carol", f"tls://127.0.0.1:{settings.nats_port}")
     assert carol.ca == (tls_dir(settings) / "ca.pem").read_text()
     listed = _ctxpress(settings, "list", "--json")
@@ -353,7 +354,8 @@ async def test_users_cli_adds_and_removes_a_user_without_restarting_nats(setting
     assert _ctxpress(settings, "add", "Dave.X", "--repos", "alpha").returncode == 2
     assert _ctxpress(settings, "grant", "nobody", "--repos", "alpha").returncode == 2
     hooks = _ctxpress(settings, "hooks")
-    assert team.NatsCredentials(**{k: v for k, v in json.loads(hooks.stdout).items() if k != "format"}).user == "hooks"
+    fields = {k: v for k, v in json.loads(hooks.stdout).items() if k != "format"}
+    assert identity.NatsCredentials(**fields).user == "hooks"
 
 
 def test_up_refuses_a_nats_that_lets_anyone_in(tmp_path: Path, database_url: str) -> None:
@@ -362,28 +364,28 @@ def test_up_refuses_a_nats_that_lets_anyone_in(tmp_path: Path, database_url: str
     try:
         as_team = open_nats.settings.model_copy(update={"team": True})
         assert not team.server_requires_auth(as_team.effective_nats_url())
-        with pytest.raises(team.TeamConfigError, match="without authentication"):
+        with pytest.raises(identity.TeamConfigError, match="without authentication"):
             team.after_part_started(as_team, "nats")
     finally:
         open_nats.stop()
 
 
-async def test_the_language_server_speaks_as_its_user(settings: Settings, alice: team.NatsCredentials,
+async def test_the_language_server_speaks_as_its_user(settings: Settings, alice: identity.NatsCredentials,
                                                       appliance: Any, nats_client: Any, tmp_path: Path) -> None:
     """`ctxpress lsp` with a credentials file logs in as that user and sends on that user's subjects; the
     reply comes back to that user's inbox. The team NATS relays to the appliance's (single-user) worker."""
     from tests.ctxpress.lsp.test_lsp_server import CURSOR, SOURCE, start_editor, stop_editor
 
-    creds = team.write_credentials(tmp_path / "alice.json", alice)
+    creds = identity.write_credentials(tmp_path / "alice.json", alice)
     seen: list[str] = []
-    worker = await connect(settings.effective_nats_url(), **team.service_connect_options(settings))
+    worker = await connect(settings.effective_nats_url(), **identity.service_connect_options(settings))
 
     async def relay(msg: Any) -> None:
         seen.append(msg.subject)
         reply = await nats_client.request(appliance.settings.completion_subject, msg.data, timeout=170)
         await msg.respond(reply.data)
 
-    await worker.client.subscribe(team.user_subject("*", "complete"), cb=relay)
+    await worker.client.subscribe(identity.user_subject("*", "complete"), cb=relay)
     root = tmp_path / "alpha"
     root.mkdir()
     (root / ".git").mkdir()  # a git work tree's root, as far as the language server looks
@@ -394,7 +396,7 @@ async def test_the_language_server_speaks_as_its_user(settings: Settings, alice:
         editor.open(uri, SOURCE)
         result = await editor.inline(uri, *CURSOR)
         assert result is not None and result.items and str(result.items[0].insert_text).startswith("a + b")
-        assert seen == [team.user_subject("alice", "complete")]
+        assert seen == [identity.user_subject("alice", "complete")]
         assert not [m for m in editor.messages if m.type == 2]  # no "unreachable" warning: the login worked
     finally:
         await stop_editor(editor)

@@ -33,8 +33,8 @@ import nats
 import pytest
 from sqlalchemy import text
 
-from ctxpress.services import parts
-from ctxpress.settings import Settings
+from ctxpress.core.settings import Settings
+from ctxpress.parts import parts
 from ctxpress.supervisor import read_state
 from db.session import engine_for
 from tests.conftest import appliance_env, ctxpress, running_appliance, settings_from_env

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxpress.wire.v1 import (
+from ctxpress.core.wire.v1 import (
     SUBJECT_CANCEL,
     SUBJECT_FILE_OPENED,
     SUBJECT_FILE_SAVED,

@@ -26,11 +26,11 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from ctxpress import team
-from ctxpress.services import CompletionWorkerPart, NatsPart, PostgresPart, parts
-from ctxpress.settings import Settings
-from ctxpress.tls import client_context
-from ctxpress.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT, content_hash
+from ctxpress.core import identity
+from ctxpress.core.settings import Settings
+from ctxpress.core.tls import client_context
+from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT, content_hash
+from ctxpress.parts import CompletionWorkerPart, NatsPart, PostgresPart, parts
 from db import team as store
 from db.session import engine_for
 from indexer.stream import ensure_stream, stream_config
@@ -68,8 +68,8 @@ def invoice(lines: list[int]) -> str:
 @dataclass
 class Team:
     appliance: Appliance
-    alice: team.NatsCredentials  # granted alpha
-    bob: team.NatsCredentials  # granted alpha and beta
+    alice: identity.NatsCredentials  # granted alpha
+    bob: identity.NatsCredentials  # granted alpha and beta
     alice_file: Path
 
     @property
@@ -101,11 +101,11 @@ def team_up(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Itera
             assert indexed.returncode == 0, indexed.stderr
         _users(appliance, "add", "alice", "--repos", "alpha", "--out", str(root / "alice.json"))
         _users(appliance, "add", "bob", "--repos", "alpha,beta", "--out", str(root / "bob.json"))
-        yield Team(appliance, team.load_credentials(root / "alice.json"), team.load_credentials(root / "bob.json"),
-                   root / "alice.json")
+        yield Team(appliance, identity.load_credentials(root / "alice.json"),
+                   identity.load_credentials(root / "bob.json"), root / "alice.json")
 
 
-async def ask(credentials: team.NatsCredentials, kind: str, body: dict[str, Any],
+async def ask(credentials: identity.NatsCredentials, kind: str, body: dict[str, Any],
               wait_s: float = 120) -> dict[str, Any]:
     nc = await nats.connect(credentials.nats_url, connect_timeout=5, **credentials.connect_options())
     try:
@@ -435,7 +435,7 @@ def test_workers_refuse_team_mode_without_credentials(module: str, tmp_path: Pat
 @pytest.fixture
 def single_user(tmp_path: Path) -> Iterator[Settings]:
     settings = team_settings(tmp_path, "postgresql+psycopg://unused@127.0.0.1:1/postgres", team=False)
-    assert not team.team_mode(settings) and not team.tls_on(settings)
+    assert not identity.team_mode(settings) and not identity.tls_on(settings)
     part = NatsPart(settings)
     part.start(30)
     try:

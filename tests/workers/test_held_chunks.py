@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ctxpress.features import resolve
-from ctxpress.settings import Settings
-from ctxpress.wire.v1 import BlockReport, CompletionRequest, ContextReport
+from ctxpress.core.features import resolve
+from ctxpress.core.settings import Settings
+from ctxpress.core.wire.v1 import BlockReport, CompletionRequest, ContextReport
 from workers.completion import CompletionService, Prepared
 from workers.context.retrieval import Retrieval, RetrievalReport, RetrievedChunk
 

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ctxpress.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT, ChangedPath, FileSaved, IndexEvent
+from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT, ChangedPath, FileSaved, IndexEvent
 from db.chunks import search_chunks
 from db.models import CodeChunk, IndexedFile, Repository
 from db.session import engine_for
@@ -51,7 +51,7 @@ def _worker_pid(appliance: Any) -> int:
 
 def _kill_worker(appliance: Any) -> None:
     """Kill the index worker and keep it down (the supervisor would restart it): events queue up."""
-    from ctxpress.services import SupervisorPart
+    from ctxpress.parts import SupervisorPart
 
     SupervisorPart(appliance.settings).stop()
     pid = _worker_pid(appliance)

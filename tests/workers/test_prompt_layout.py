@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ctxpress.features import resolve
-from ctxpress.wire.v1 import CompletionRequest, ContextReport
+from ctxpress.core.features import resolve
+from ctxpress.core.wire.v1 import CompletionRequest, ContextReport
 from workers.completion import Prepared, _middle_from
 
 EXCERPTS = "import os\n\ndef helper(x):\n    ...\n"

@@ -19,9 +19,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ctxpress.languages import normalize_language
-from ctxpress.settings import Settings
-from ctxpress.wire.v1 import wire_lines
+from ctxpress.core.languages import normalize_language
+from ctxpress.core.settings import Settings
+from ctxpress.core.wire.v1 import wire_lines
 from indexer.parsing import TREE_CACHE, ParsedFile, TreeCache, detect_language, is_supported
 from indexer.summaries import elision_marker
 from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ctxpress.settings import get_settings
+from ctxpress.core.settings import get_settings
 from workers.context.assemble import assemble_context, explain
 from workers.context.tokens import rough_token_count
 
@@ -63,7 +63,7 @@ def _git_root(path: Path) -> Path | None:
 
 def _model_token_counter() -> Callable[[str], int]:
     """The served model's own tokenizer, so the report counts what the model will see."""
-    from ctxpress.settings import get_settings
+    from ctxpress.core.settings import get_settings
     from serving.tokenizer import Tokenizer
     from serving.weights import TARGET, ensure_model
 

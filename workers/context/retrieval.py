@@ -34,7 +34,7 @@ import numpy as np
 from sqlalchemy import text as sql
 from sqlalchemy.orm import Session
 
-from ctxpress.wire.v1 import wire_lines
+from ctxpress.core.wire.v1 import wire_lines
 from db.chunks import CoarseFiles, SearchHit, coarse_files, search_chunks
 from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys

@@ -33,7 +33,7 @@ class Window:
 def _cursor_lines(text: str) -> list[str]:
     """Lines of the file with their endings, and the empty line after a trailing newline (a
     valid cursor position: the end of the file)."""
-    parts = text.split("\n")  # the wire's lines (see ctxpress.wire.v1.wire_lines)
+    parts = text.split("\n")  # the wire's lines (see ctxpress.core.wire.v1.wire_lines)
     return [part + "\n" for part in parts[:-1]] + [parts[-1]]
 
 

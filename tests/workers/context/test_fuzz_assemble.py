@@ -8,7 +8,7 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxpress.languages import KNOWN_LANGUAGES
+from ctxpress.core.languages import KNOWN_LANGUAGES
 from workers.context.assemble import assemble_context
 from workers.context.window import baseline_window
 from workers.postprocess import clean_completion

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from ctxpress import team
-from ctxpress.settings import Settings
+from ctxpress.core import identity, inference
+from ctxpress.core.settings import Settings
 from db.embedded import EmbeddedPostgres
-from serving import protocol
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -267,10 +267,10 @@ class NatsPart(Part):
         # structured error rather than a refusal from NATS.
         # Team mode: the users and their permissions, a file of its own that `ctxpress users` rewrites
         # (nats-server resolves the include next to this file).
-        users = f'include "{team.ensure_authorization_file(s).name}"\n' if team.team_mode(s) else ""
+        users = f'include "{team.ensure_authorization_file(s).name}"\n' if identity.team_mode(s) else ""
         tls = ""
-        if team.tls_on(s):  # every client, the workers on loopback too: one listener, one rule
-            from ctxpress.tls import ensure_tls_files
+        if identity.tls_on(s):  # every client, the workers on loopback too: one listener, one rule
+            from ctxpress.core.tls import ensure_tls_files
 
             files = ensure_tls_files(s)
             tls = (f'tls {{ cert_file: {json.dumps(str(files.cert))}, key_file: {json.dumps(str(files.key))}, '
@@ -278,7 +278,7 @@ class NatsPart(Part):
         config.write_text(
             f'server_name: "ctxpress"\n'
             f'listen: "{s.nats_bind_host or s.bind_host}:{s.nats_port}"\n'
-            f'http: "{team.monitor_host(s)}:{s.nats_monitor_port}"\n'
+            f'http: "{identity.monitor_host(s)}:{s.nats_monitor_port}"\n'
             f"max_payload: {max(2 * s.max_request_bytes, 8 << 20)}\n"
             f'jetstream {{ store_dir: "{s.state_dir / "nats"}" }}\n'
             f"{users}{tls}"
@@ -290,7 +290,7 @@ class NatsPart(Part):
         if self.external:  # a cluster answers while any of its nodes does
             return any(_port_open(host, int(port)) for host, _, port in
                        (url.split("://")[-1].rpartition(":") for url in self.settings.nats_servers()))
-        return _http_ok(f"http://{team.monitor_host(self.settings)}:{self.settings.nats_monitor_port}"
+        return _http_ok(f"http://{identity.monitor_host(self.settings)}:{self.settings.nats_monitor_port}"
                         "/healthz?js-enabled-only=true")
 
 
@@ -361,7 +361,7 @@ class TritonPart(Part):
             return _port_open(host, int(port))
         base = f"http://{self.settings.triton_bind_host}:{self.settings.triton_http_port}"
         # Every served model must be ready: a model's stub can fail after the server says ready.
-        models = (protocol.COMPLETION_MODEL, protocol.EMBEDDING_MODEL)
+        models = (inference.COMPLETION_MODEL, inference.EMBEDDING_MODEL)
         return _http_ok(f"{base}/v2/health/ready") and all(
             _http_ok(f"{base}/v2/models/{model}/ready") for model in models)
 
@@ -392,8 +392,8 @@ def _nats_answers(settings: Settings, subject: str, payload: bytes, expected_key
     connects as the worker user, which may publish on the single-user subjects.)"""
     url = settings.nats_servers()
     try:
-        options: dict[str, Any] = team.service_connect_options(settings)
-    except team.TeamConfigError:
+        options: dict[str, Any] = identity.service_connect_options(settings)
+    except identity.TeamConfigError:
         return False  # `ctxpress up` said why before starting anything
 
     async def probe() -> bool:
@@ -485,9 +485,9 @@ def up(settings: Settings, report: Callable[[str], None] = print) -> dict[str, f
 
     timings: dict[str, float] = {}
     check_ports(settings)
-    team_mode = team.team_mode(settings)
+    team_mode = identity.team_mode(settings)
     if team_mode:  # refuse before anything starts unless the parts can authenticate
-        report(f"  team mode: NATS users from PostgreSQL, credentials in {team.team_dir(settings)}")
+        report(f"  team mode: NATS users from PostgreSQL, credentials in {identity.team_dir(settings)}")
         _team_step(team.prepare_up, settings)
     if settings.triton_url is None and settings.model_path is None:
         started = time.perf_counter()
@@ -515,7 +515,7 @@ def up(settings: Settings, report: Callable[[str], None] = print) -> dict[str, f
 def _team_step(step: Callable[..., None], *args: Any) -> None:
     try:
         step(*args)
-    except team.TeamConfigError as exc:
+    except identity.TeamConfigError as exc:
         raise StartError(str(exc)) from None
 
 

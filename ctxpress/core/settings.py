@@ -12,7 +12,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ctxpress.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
+from ctxpress.core.database import database_url, stored_password
+from ctxpress.core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
 
 
 class Settings(BaseSettings):
@@ -27,7 +28,7 @@ class Settings(BaseSettings):
     # NATS: one URL, or a cluster's URLs separated by commas (clients try each; see nats_servers)
     nats_url: str | None = None
     # A credentials file written by `ctxpress users add` (JSON: nats_url, user, password; read with
-    # ctxpress.team.load_credentials). Team mode with an external NATS: the workers' own (the worker user).
+    # ctxpress.core.identity.load_credentials). Team mode with an external NATS: the workers' own (the worker user).
     nats_credentials: Path | None = None
     nats_port: int = 4222
     nats_monitor_port: int = 8222
@@ -36,7 +37,7 @@ class Settings(BaseSettings):
     nats_bind_host: str | None = None
     # Team mode: TLS on the embedded NATS client port, for every client (the workers too). The server's
     # certificate, its key and the CA that signed it are the operator's when set, otherwise generated under
-    # <home>/tls (ctxpress/tls.py). With an external NATS, nats_tls_ca is what the workers verify it with.
+    # <home>/tls (ctxpress/core/tls.py). With an external NATS, nats_tls_ca is what the workers verify it with.
     nats_tls: bool = True
     nats_tls_cert: Path | None = None
     nats_tls_key: Path | None = None
@@ -166,19 +167,6 @@ class Settings(BaseSettings):
     def nats_servers(self) -> list[str]:
         return nats_servers(self.effective_nats_url())
 
-    def effective_draft_model_path(self) -> Path | None:
-        """The draft model for speculative decoding, or None (off, or its package is missing)."""
-        if self.draft_model_path is not None:
-            return self.draft_model_path
-        if self.draft_model == "off":
-            return None
-        from serving.weights import DRAFT, ensure_model
-
-        try:
-            return ensure_model(DRAFT, self.models_dir)
-        except Exception:  # optional: speculation falls back to n-gram drafting
-            return None
-
     def effective_triton_url(self) -> str:
         return self.triton_url or f"{self.triton_bind_host}:{self.triton_grpc_port}"
 
@@ -186,8 +174,6 @@ class Settings(BaseSettings):
         """The external database, or the embedded one with the password it was initialised with."""
         if self.database_url is not None:
             return self.database_url
-        from db.embedded import database_url, stored_password
-
         return database_url(self.bind_host, self.postgres_port, stored_password(self.state_dir / "postgres"))
 
     def metrics_url(self) -> str:

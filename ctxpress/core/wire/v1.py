@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, Strict, field_validator, model_validator
 
-from ctxpress import features
-from ctxpress.languages import KNOWN_LANGUAGES, normalize_language
+from ctxpress.core import features
+from ctxpress.core.languages import KNOWN_LANGUAGES, normalize_language
 
 SUBJECT_COMPLETE = "ctxpress.v1.complete"
 SUBJECT_FEEDBACK = "ctxpress.v1.feedback"

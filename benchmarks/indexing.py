@@ -1,8 +1,8 @@
 """Measurements of the repository index against a running appliance (``ctxpress up``).
 
-    python -m indexer.bench throughput SRC [SRC ...] [--min-files 1000]
+    python -m benchmarks.indexing throughput SRC [SRC ...] [--min-files 1000]
         copies the source folders into a fresh git repository and indexes it from scratch
-    python -m indexer.bench freshness [--commits 20] [--saves 20]
+    python -m benchmarks.indexing freshness [--commits 20] [--saves 20]
         from a git hook (real ``git commit``, hooks installed) or an IDE save message to the new
         function being returned by a search; reports p50/p95/max
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from ctxpress.settings import Settings, get_settings
+from ctxpress.core.settings import Settings, get_settings
 from db.chunks import search_chunks
 from db.session import engine_for
 
@@ -149,7 +149,7 @@ def freshness(settings: Settings, commits: int, saves: int) -> dict[str, object]
 async def _saves(settings: Settings, repository: str, n: int) -> list[float]:
     import nats
 
-    from ctxpress.wire.v1 import SUBJECT_FILE_SAVED, FileSaved
+    from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved
 
     nc = await nats.connect(settings.effective_nats_url())
     js = nc.jetstream()
@@ -171,7 +171,7 @@ async def _saves(settings: Settings, repository: str, n: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m indexer.bench")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.indexing")
     sub = parser.add_subparsers(dest="what", required=True)
     tp = sub.add_parser("throughput")
     tp.add_argument("sources", nargs="+", type=Path)

@@ -1,4 +1,4 @@
-"""Time cross-file retrieval alone: ``python -m workers.context.bench_retrieval CASES.jsonl --repo NAME``.
+"""Time cross-file retrieval alone: ``python -m benchmarks.retrieval CASES.jsonl --repo NAME``.
 
 Runs ``Retriever.retrieve`` for each case's cursor as the worker does (query embedding through
 Triton, pgvector + lexical search in PostgreSQL) with the deadline lifted, so that the time
@@ -14,9 +14,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from ctxpress.core.settings import get_settings
 from ctxpress.evaluation.cases import cut_out, read_cases
 from ctxpress.evaluation.progress import Progress
-from ctxpress.settings import get_settings
 from indexer.embeddings import AsyncTritonEmbedder
 from workers.context.retrieval import Retriever
 

@@ -1,5 +1,5 @@
 """What decoding several files' sequences in one llama.cpp batch would save on this machine:
-``python -m serving.bench_decode_batch``.
+``python -m benchmarks.decode_batch``.
 
 Fills each of the engine's KV sequences with ~``--cells`` tokens of third-party code, then times
 decode steps of one token in each of a set of sequences, one ``llama_decode`` a step, against a
@@ -29,14 +29,14 @@ def third_party_text() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serving.bench_decode_batch", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.decode_batch", description=__doc__)
     parser.add_argument("--model", type=Path, help="GGUF file (default: the packaged target model)")
     parser.add_argument("--cells", type=int, default=900, help="tokens already in each sequence")
     parser.add_argument("--steps", type=int, default=8, help="decode steps timed per set and round")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
     if args.model is None:
-        from ctxpress.settings import get_settings
+        from ctxpress.core.settings import get_settings
         from serving.weights import TARGET, ensure_model
 
         args.model = ensure_model(TARGET, get_settings().models_dir)

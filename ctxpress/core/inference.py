@@ -90,6 +90,8 @@ FIGURE_OUTPUTS: tuple[TensorSpec, ...] = (
 # The embedding model: one text in, one L2-normalised vector out per batch row. A GPU deployment
 # serves the same ONNX file with Triton's onnxruntime backend behind these names.
 EMBEDDING_DIM = 384
+# the embedder's weights, recorded with every index so that vectors of another model are never compared
+EMBEDDING_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 EMBEDDING_MAX_BATCH = 32
 EMBEDDING_INPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("text", "BYTES", (1,)),

@@ -1,5 +1,5 @@
 """How much of each prompt the engine could keep while someone types: ``python -m
-workers.context.bench_prompt_reuse FILE...``.
+benchmarks.prompt_reuse FILE...``.
 
 At a few cursor spots inside functions (where ``ctxpress eval`` puts cursors), the line is typed
 again, a request every ``--step`` characters, the rest of the file as it is (so the suffix is the
@@ -62,7 +62,7 @@ def main() -> int:
     parser.add_argument("--step", type=int, default=3, help="characters typed between requests")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    from ctxpress.settings import get_settings
+    from ctxpress.core.settings import get_settings
     from serving.tokenizer import Tokenizer, memoized_counter
     from serving.weights import TARGET, ensure_model
 

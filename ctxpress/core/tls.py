@@ -15,7 +15,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxpress.settings import Settings
+from ctxpress.core.settings import Settings
 
 CA_DAYS = 3650
 SERVER_DAYS = 825  # what browsers and most TLS stacks still accept for a leaf certificate
@@ -78,7 +78,7 @@ def generate(root: Path, names: list[str]) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    from ctxpress.team import write_private_file
+    from ctxpress.core.identity import write_private_file
 
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     now = datetime.datetime.now(datetime.UTC)

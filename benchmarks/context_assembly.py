@@ -1,4 +1,4 @@
-"""Time context assembly alone on real files: ``python -m workers.context.bench_assembly FILE...``.
+"""Time context assembly alone on real files: ``python -m benchmarks.context_assembly FILE...``.
 
 Default: the file was opened (parsed once), then each request is one keystroke at a random
 cursor somewhere in the file (a stress test: every request a new spot, any line, any column,
@@ -124,7 +124,7 @@ def main() -> int:
     parser.add_argument("--eval-cursors", action="store_true",
                         help="each request a new cursor where the eval puts one, the rest of its line cut")
     args = parser.parse_args()
-    from ctxpress.settings import get_settings
+    from ctxpress.core.settings import get_settings
     from serving.tokenizer import Tokenizer, memoized_counter
     from serving.weights import TARGET, ensure_model
 

@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from ctxpress.wire.v1 import CompletionRequest, UnsupportedLanguage, content_hash
+from ctxpress.core.wire.v1 import CompletionRequest, UnsupportedLanguage, content_hash
 
 
 def base(**over: object) -> dict[str, object]:
