@@ -59,7 +59,8 @@ def _fail(message: str, code: int = 1) -> int:
 def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError
 
-    from indexer.embeddings import EmbeddingError, TritonEmbedder
+    from ctxpress.core.errors import EmbeddingError
+    from indexer.embeddings import TritonEmbedder
     from indexer.pipeline import Indexer
     from indexer.walk import WalkError, index_root
 
@@ -120,10 +121,11 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError
     from sqlalchemy.orm import Session
 
+    from ctxpress.core.errors import EmbeddingError
     from db.chunks import search_chunks
     from db.session import engine_for
     from indexer.chunks import identifier_words
-    from indexer.embeddings import EmbeddingError, TritonEmbedder
+    from indexer.embeddings import TritonEmbedder
 
     query = " ".join(args.query).strip()
     if not query:

@@ -26,13 +26,14 @@ from typing import Any
 
 from ctxpress import team
 from ctxpress.core import identity, inference
+from ctxpress.core.errors import CtxpressError
 from ctxpress.core.settings import Settings
 from db.embedded import EmbeddedPostgres
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-class StartError(RuntimeError):
+class StartError(CtxpressError):
     pass
 
 

@@ -16,12 +16,13 @@ from sqlalchemy import Select, bindparam, delete, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import distinct_on, insert
 from sqlalchemy.orm import Session
 
+from ctxpress.core.errors import CtxpressError
 from db.models import CodeChunk, IndexedFile, Repository
 
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.): damps the weight of the top ranks
 
 
-class ScopeError(ValueError):
+class ScopeError(CtxpressError, ValueError):
     """A query without any readable repository: refused rather than searching everything."""
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxpress.core.database import DB_USER, PASSWORD_FILE, database_url
+from ctxpress.core.errors import CtxpressError
 
 
 def _bin_path() -> Path:
@@ -50,7 +51,7 @@ host    replication  all   ::1/128       scram-sha-256
 """
 
 
-class PostgresError(RuntimeError):
+class PostgresError(CtxpressError):
     pass
 
 

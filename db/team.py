@@ -9,14 +9,15 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
+from ctxpress.core.errors import CtxpressError
 from db.session import engine_for
 
 
-class UnknownUser(LookupError):
+class UnknownUser(CtxpressError, LookupError):
     pass
 
 
-class UserExists(ValueError):
+class UserExists(CtxpressError, ValueError):
     pass
 
 

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from ctxpress.core.errors import CtxpressError
 from indexer.parsing import ParsedFile, parse_text
 from indexer.summaries import summarize
 from indexer.symbols import CLASS_KINDS, FUNCTION_KINDS, FileSymbols, Symbol, extract_symbols, has_wide_error
@@ -34,7 +35,7 @@ STOP_WORDS = frozenset(
 )
 
 
-class ChunkingError(ValueError):
+class ChunkingError(CtxpressError, ValueError):
     """The file cannot be cut into blocks (the reason is the message)."""
 
 

@@ -19,12 +19,9 @@ import tritonclient.grpc.aio as aio_grpcclient
 from tritonclient.utils import InferenceServerException
 
 from ctxpress.core import inference
+from ctxpress.core.errors import EmbeddingError
 
 CLIENT_BATCH = 16
-
-
-class EmbeddingError(RuntimeError):
-    """The embedder could not be reached or answered with an error."""
 
 
 def _inputs(module: object, texts: Sequence[str]) -> list[object]:

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ctxpress.core.errors import CtxpressError
 from indexer.chunks import Chunk
 from indexer.filters import DEFAULT_MAX_FILE_BYTES
 
@@ -37,7 +38,7 @@ _configure_lock = threading.Lock()
 _configured = False
 
 
-class TooLargeToScan(ValueError):
+class TooLargeToScan(CtxpressError, ValueError):
     pass
 
 

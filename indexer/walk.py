@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ctxpress.core.errors import CtxpressError
 from indexer.filters import DEFAULT_MAX_FILE_BYTES, content_reason, path_reason
 from indexer.parsing import detect_language, is_supported
 
 
-class WalkError(RuntimeError):
+class WalkError(CtxpressError):
     """The repository cannot be walked (not a directory, not a git work tree, git failed)."""
 
 

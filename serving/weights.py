@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxpress.core.errors import CtxpressError
 from ctxpress.core.settings import Settings
 
 
@@ -39,11 +40,11 @@ class PackagedModel:
         return paths
 
 
-class ModelNotInstalled(RuntimeError):
+class ModelNotInstalled(CtxpressError):
     pass
 
 
-class ModelChecksumMismatch(RuntimeError):
+class ModelChecksumMismatch(CtxpressError):
     pass
 
 

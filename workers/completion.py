@@ -30,6 +30,7 @@ from prometheus_client import start_http_server
 from pydantic import ValidationError
 
 from ctxpress.core import inference
+from ctxpress.core.errors import CtxpressError, ErrorCode, RequestError, UnsupportedLanguage
 from ctxpress.core.features import resolve as resolve_features
 from ctxpress.core.identity import service_connect_options, subject_user, team_mode, user_subject
 from ctxpress.core.languages import language_from_path
@@ -43,23 +44,17 @@ from ctxpress.core.wire.v1 import (
     CompletionResponse,
     ContextReport,
     ErrorBody,
-    ErrorCode,
     ErrorResponse,
     Feedback,
     FileOpened,
     Timings,
-    UnsupportedLanguage,
     content_hash,
 )
 from indexer.embeddings import AsyncTritonEmbedder
 from indexer.parsing import TREE_CACHE
 from indexer.symbols import warm_up
 from serving.fim import FIM_PREFIX, FIM_SUFFIX, STOP_WORDS, fim_markers, fim_prompt
-from serving.triton_client import (
-    InferenceTimeout,
-    InferenceUnavailable,
-    TritonCompletionClient,
-)
+from serving.triton_client import TritonCompletionClient
 from workers import metrics
 from workers.context import steady
 from workers.context.assemble import assemble_context, warm_file
@@ -68,7 +63,6 @@ from workers.context.packing import memo_sizes, memoized
 from workers.context.retrieval import RenderedChunk, Retrieval, Retriever, render_retrieved
 from workers.context.window import (
     MAX_LINE_CHARS,
-    CursorOutOfRange,
     Window,
     baseline_window,
     clip_long_lines,
@@ -76,18 +70,12 @@ from workers.context.window import (
     split_at_cursor,
 )
 from workers.file_store import FileStore
-from workers.grants import Caller, Forbidden, Grants, GrantsUnavailable
+from workers.grants import Caller, Grants
 from workers.postprocess import clean_completion
 from workers.process import run_service
 from workers.telemetry import TelemetryWriter
 
 log = logging.getLogger("ctxpress.worker.completion")
-
-
-class RequestError(Exception):
-    def __init__(self, code: ErrorCode, message: str, details: list[dict[str, object]] | None = None) -> None:
-        super().__init__(message)
-        self.body = ErrorBody(code=code, message=message, details=details)
 
 
 def parse_request(data: bytes, max_bytes: int) -> CompletionRequest:
@@ -106,7 +94,7 @@ def parse_request(data: bytes, max_bytes: int) -> CompletionRequest:
         for err in exc.errors():
             cause = (err.get("ctx") or {}).get("error")
             if isinstance(cause, UnsupportedLanguage):
-                raise RequestError(ErrorCode.UNSUPPORTED_LANGUAGE, str(cause)) from None
+                raise cause from None
         details = [{"field": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in exc.errors()]
         summary = "; ".join(f"{d['field'] or 'request'}: {d['problem']}" for d in details)
         raise RequestError(ErrorCode.INVALID_REQUEST, f"invalid request: {summary}", details) from None
@@ -204,8 +192,8 @@ class CompletionService:
                 raise  # the worker is stopping, not the caller
             metrics.CANCELLED.inc()
             body = ErrorBody(code=ErrorCode.CANCELLED, message=f"request {request_id} was cancelled by its caller")
-        except RequestError as exc:
-            body = exc.body
+        except CtxpressError as exc:  # each kind of failure says which code it is answered with
+            body = ErrorBody.of(exc)
         except Exception:  # a bug must not take the worker down or leave the IDE hanging
             log.exception("request %s failed", request_id)
             body = ErrorBody(code=ErrorCode.INTERNAL, message=f"internal error (request {request_id})")
@@ -222,12 +210,7 @@ class CompletionService:
         its repository. The single-user appliance serves everything it is asked."""
         if self.grants is None:
             return Caller(user, (repository,))
-        try:
-            return await self.grants.authorize(user, repository)
-        except Forbidden as exc:
-            raise RequestError(ErrorCode.FORBIDDEN, str(exc)) from None
-        except GrantsUnavailable as exc:
-            raise RequestError(ErrorCode.INTERNAL, str(exc)) from None
+        return await self.grants.authorize(user, repository)
 
     def cancel(self, data: bytes, user: str | None = None) -> bool:
         """``ctxpress.v1.cancel``: abandon the named request if this worker holds it (for the same user)."""
@@ -312,8 +295,8 @@ class CompletionService:
         except ValidationError as exc:
             body = ErrorBody(code=ErrorCode.INVALID_REQUEST, message=f"invalid file_opened: {exc.errors()[0]['msg']}")
             return ErrorResponse(error=body).model_dump_json().encode()
-        except RequestError as exc:
-            return ErrorResponse(error=exc.body).model_dump_json().encode()
+        except CtxpressError as exc:
+            return ErrorResponse(error=ErrorBody.of(exc)).model_dump_json().encode()
         self.files.put(caller.file_key(content_hash(event.text)), event.text)
         loop = asyncio.get_running_loop()
         if await loop.run_in_executor(None, longest_line, event.text) > MAX_LINE_CHARS:
@@ -408,10 +391,7 @@ class CompletionService:
         default_budget = (self.settings.baseline_budget_tokens if request.mode == "baseline"
                           else self.settings.context_budget_tokens)
         budget = request.budget_tokens or default_budget
-        try:
-            split_at_cursor(text, request.line, request.column)
-        except CursorOutOfRange as exc:
-            raise RequestError(ErrorCode.CURSOR_OUT_OF_RANGE, str(exc)) from None
+        split_at_cursor(text, request.line, request.column)  # CursorOutOfRange: answered cursor_out_of_range
 
         def window() -> Window:
             # also optimized's fallback, then within optimized's budget
@@ -552,10 +532,7 @@ class CompletionService:
 
     def _prepare_long_lines(self, request: CompletionRequest, text: str, digest: str, longest: int) -> Prepared:
         """A file with a line over ``MAX_LINE_CHARS``: the baseline window of the file with its long lines cut."""
-        try:
-            split_at_cursor(text, request.line, request.column)
-        except CursorOutOfRange as exc:
-            raise RequestError(ErrorCode.CURSOR_OUT_OF_RANGE, str(exc)) from None
+        split_at_cursor(text, request.line, request.column)  # CursorOutOfRange: answered cursor_out_of_range
         clipped, column = clip_long_lines(text, request.line, request.column)
         prepared = self._prepare(request.model_copy(update={"column": column, "mode": "baseline",
                                                             "budget_tokens": request.budget_tokens or
@@ -607,10 +584,8 @@ class CompletionService:
                     speculation=self._speculation(request, prepared.features),
                     request_id=uuid.uuid4().hex,
                 )
-        except InferenceTimeout as exc:
-            raise RequestError(ErrorCode.INFERENCE_TIMEOUT, str(exc)) from None
-        except InferenceUnavailable as exc:
-            raise RequestError(ErrorCode.INFERENCE_UNAVAILABLE, str(exc)) from None
+        except CtxpressError:
+            raise
         except Exception as exc:  # any other inference failure: reply, do not hang
             raise RequestError(ErrorCode.INFERENCE_FAILED, f"inference failed: {exc}") from None
         report = prepared.report

@@ -17,9 +17,10 @@ import nats
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError, TimeoutError
 
+from ctxpress.core.errors import ErrorCode
 from ctxpress.core.identity import TeamConfigError, team_mode
 from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorCode, ErrorResponse
+from ctxpress.core.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorResponse
 from workers.process import run_service
 from workers.sharding import shard_for
 

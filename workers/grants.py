@@ -15,17 +15,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from ctxpress.core.errors import Forbidden, GrantsUnavailable
 from db.team import repositories_of
 
 GRANTS_TTL_S = 2.0
-
-
-class Forbidden(Exception):
-    """The request names a repository its user has no grant for (or came without a user in team mode)."""
-
-
-class GrantsUnavailable(Exception):
-    """The grants could not be read (database down): the request is refused, never served unchecked."""
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,14 @@ import nats
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
+from ctxpress.core.errors import Forbidden, GrantsUnavailable
 from ctxpress.core.identity import service_connect_options, subject_kind, subject_user, team_mode
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
 from indexer.stream import ensure_stream, next_batch
-from workers.grants import Forbidden, Grants, GrantsUnavailable
+from workers.grants import Grants
 from workers.process import run_service
 
 log = logging.getLogger("ctxpress.worker.index")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ctxpress.core.errors import CtxpressError
 from ctxpress.core.settings import Settings
 
 USER_SUBJECT_PREFIX = "ctxpress.v1.u"
@@ -42,7 +43,7 @@ SERVICE_BCRYPT_ROUNDS = 4
 AUTHORIZATION_FILE = "authorization.conf"
 
 
-class TeamConfigError(RuntimeError):
+class TeamConfigError(CtxpressError):
     """Team mode is on but authentication is not set up (or a credentials file is unusable)."""
 
 

@@ -15,13 +15,14 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxpress.core.errors import CtxpressError
 from ctxpress.core.settings import Settings
 
 CA_DAYS = 3650
 SERVER_DAYS = 825  # what browsers and most TLS stacks still accept for a leaf certificate
 
 
-class TlsConfigError(RuntimeError):
+class TlsConfigError(CtxpressError):
     pass
 
 

@@ -11,6 +11,7 @@ import hmac
 
 from aiohttp import web
 
+from ctxpress.core.errors import CtxpressError
 from ctxpress.core.identity import is_loopback
 from ctxpress.core.settings import Settings
 from ctxpress.http.replies import Handler, error_reply
@@ -18,7 +19,7 @@ from ctxpress.http.replies import Handler, error_reply
 MIN_TOKEN_CHARS = 16
 
 
-class AuthConfigError(RuntimeError):
+class AuthConfigError(CtxpressError):
     """The bridge cannot be started safely as configured."""
 
 

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from ctxpress.core.errors import CtxpressError
+
 log = logging.getLogger("ctxpress.http")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -33,7 +35,7 @@ def json_reply(value: Any, status: int = 200, headers: dict[str, str] | None = N
     return web.Response(text=dumps(value), status=status, content_type="application/json", headers=headers)
 
 
-class HttpError(Exception):
+class HttpError(CtxpressError):
     """A request refused with ``status`` and a message saying why."""
 
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:

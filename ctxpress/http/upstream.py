@@ -13,14 +13,10 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
+from ctxpress.core.errors import ErrorCode
 from ctxpress.core.identity import NatsCredentials
 from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import (
-    CompletionRequest,
-    ErrorCode,
-    Feedback,
-    FileOpened,
-)
+from ctxpress.core.wire.v1 import CompletionRequest, Feedback, FileOpened
 from ctxpress.http.replies import HttpError
 from ctxpress.lsp.appliance import Appliance, Unreachable, editor_subject
 

@@ -20,6 +20,7 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from ctxpress.core.errors import CtxpressError
 from ctxpress.core.identity import NatsCredentials
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_FILE_SAVED, CancelRequest
@@ -49,7 +50,7 @@ def editor_subject(settings: Settings, credentials: NatsCredentials | None, kind
             "file_opened": SUBJECT_FILE_OPENED, "cancel": SUBJECT_CANCEL, "file_saved": SUBJECT_FILE_SAVED}[kind]
 
 
-class Unreachable(Exception):
+class Unreachable(CtxpressError):
     """The appliance cannot be asked now (NATS down, or no worker listening)."""
 
 

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ctxpress.core.errors import CtxpressError
+
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
 
@@ -22,7 +24,7 @@ class Encoding(StrEnum):
     UTF32 = "utf-32"
 
 
-class PositionError(ValueError):
+class PositionError(CtxpressError, ValueError):
     """A position that is not in the document (a line past its end)."""
 
 

@@ -11,11 +11,12 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from ctxpress.core.errors import EmbeddingError
 from db.chunks import ScopeError, search_chunks
 from db.models import CodeChunk, IndexedFile, Repository
 from db.session import engine_for
 from indexer.chunks import identifier_words
-from indexer.embeddings import EmbeddingError, TritonEmbedder
+from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer
 from tests.indexer.index_repo import FILES, git, make_repo
 

@@ -27,6 +27,7 @@ import pytest
 from sqlalchemy import text
 
 from ctxpress.core import identity
+from ctxpress.core.errors import Forbidden, GrantsUnavailable
 from ctxpress.core.settings import Settings
 from ctxpress.core.tls import client_context
 from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT, content_hash
@@ -37,7 +38,7 @@ from indexer.stream import ensure_stream, stream_config
 from tests.conftest import Appliance
 from tests.indexer.index_repo import git, make_repo
 from tests.team_services import plain_text_login, team_appliance, team_settings
-from workers.grants import GRANTS_TTL_S, Caller, Forbidden, Grants, GrantsUnavailable
+from workers.grants import GRANTS_TTL_S, Caller, Grants
 
 pytestmark = pytest.mark.services
 

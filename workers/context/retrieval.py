@@ -34,11 +34,12 @@ import numpy as np
 from sqlalchemy import text as sql
 from sqlalchemy.orm import Session
 
+from ctxpress.core.errors import EmbeddingError
 from ctxpress.core.wire.v1 import wire_lines
 from db.chunks import CoarseFiles, SearchHit, coarse_files, search_chunks
 from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys
-from indexer.embeddings import AsyncTritonEmbedder, EmbeddingError
+from indexer.embeddings import AsyncTritonEmbedder
 from indexer.parsing import LINE_COMMENT, TREE_CACHE, detect_language, is_supported
 from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols, line_references, references_in_range
 

@@ -11,13 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ctxpress.core.errors import CursorOutOfRange
 from workers.context.line_tokens import take_while_fits
 
 PREFIX_SHARE = 0.75
-
-
-class CursorOutOfRange(ValueError):
-    pass
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ top-level ``error`` key.
 from __future__ import annotations
 
 import hashlib
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, Strict, field_validator, model_validator
 
 from ctxpress.core import features
+from ctxpress.core.errors import CtxpressError, ErrorCode, UnsupportedLanguage
 from ctxpress.core.languages import KNOWN_LANGUAGES, normalize_language
 
 SUBJECT_COMPLETE = "ctxpress.v1.complete"
@@ -35,29 +35,15 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class ErrorCode(StrEnum):
-    INVALID_JSON = "invalid_json"
-    INVALID_REQUEST = "invalid_request"
-    PAYLOAD_TOO_LARGE = "payload_too_large"
-    CURSOR_OUT_OF_RANGE = "cursor_out_of_range"
-    UNSUPPORTED_LANGUAGE = "unsupported_language"
-    UNKNOWN_CONTENT = "unknown_content"
-    INFERENCE_TIMEOUT = "inference_timeout"
-    INFERENCE_UNAVAILABLE = "inference_unavailable"
-    INFERENCE_FAILED = "inference_failed"
-    # The caller cancelled the request (``ctxpress.v1.cancel``), e.g. a newer keystroke superseded it.
-    CANCELLED = "cancelled"
-    # The engine's queue cannot serve the request within its deadline: rejected at once.
-    OVERLOADED = "overloaded"
-    # Team mode: the request's user (from the NATS subject, never the payload) has no grant for its repository.
-    FORBIDDEN = "forbidden"
-    INTERNAL = "internal"
-
-
 class ErrorBody(BaseModel):
     code: ErrorCode
     message: str
     details: list[dict[str, object]] | None = None
+
+    @classmethod
+    def of(cls, error: CtxpressError) -> ErrorBody:
+        """The reply to a request that failed with ``error``: its class says the code."""
+        return cls(code=error.code, message=str(error), details=error.details)
 
 
 class ErrorResponse(BaseModel):
@@ -103,17 +89,11 @@ class CompletionRequest(BaseModel):
         if (self.text is None) == (self.content_hash is None):
             raise ValueError("give exactly one of 'text' or 'content_hash'")
         if self.language is not None and self.language not in KNOWN_LANGUAGES:
-            raise UnsupportedLanguage(self.language)
+            raise UnsupportedLanguage(self.language, sorted(KNOWN_LANGUAGES))
         unknown = set(self.features or {}) - set(features.REGISTRY)
         if unknown:
             raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(features.REGISTRY)}")
         return self
-
-
-class UnsupportedLanguage(ValueError):
-    def __init__(self, language: str) -> None:
-        super().__init__(f"unsupported language {language!r}; known: {', '.join(sorted(KNOWN_LANGUAGES))}")
-        self.language = language
 
 
 class Timings(BaseModel):

@@ -1,7 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from ctxpress.core.wire.v1 import CompletionRequest, UnsupportedLanguage, content_hash
+from ctxpress.core.errors import UnsupportedLanguage
+from ctxpress.core.wire.v1 import CompletionRequest, content_hash
 
 
 def base(**over: object) -> dict[str, object]:

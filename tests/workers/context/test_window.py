@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.context.window import CursorOutOfRange, baseline_window, split_at_cursor
+from ctxpress.core.errors import CursorOutOfRange
+from workers.context.window import baseline_window, split_at_cursor
 
 
 def chars(text: str) -> int:
