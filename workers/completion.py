@@ -444,8 +444,8 @@ class CompletionService:
             context_tokens=ctx.context_tokens,
             degraded=ctx.fallback_reason,
             budget_tokens=budget,
-            blocks=[BlockReport(**vars(b)) for b in ctx.blocks],
-            dropped=[BlockReport(**vars(b)) for b in ctx.dropped],
+            blocks=[b.to_report() for b in ctx.blocks],
+            dropped=[b.to_report() for b in ctx.dropped],
         )
         return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled, stable_chars=ctx.stable_chars,
                         block_chars=0 if ctx.strategy == "window-fallback" else len(ctx.prefix) - ctx.stable_chars,

@@ -17,10 +17,9 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from ctxpress.core.languages import normalize_language
-from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import wire_lines
 from indexer.parsing import TREE_CACHE, ParsedFile, TreeCache, detect_language, is_supported
 from indexer.summaries import elision_marker
@@ -31,6 +30,7 @@ from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
 from workers.context.imports import import_candidates
 from workers.context.line_tokens import LineRangeTokens, exact_counter, line_range_estimator, warm_line_counts
+from workers.context.model import DEFAULT_BUDGET_TOKENS, AssembledContext, ContextBlock
 from workers.context.nearby import nearby_candidates
 from workers.context.neighbours import neighbour_candidates
 from workers.context.packing import (
@@ -58,7 +58,6 @@ log = logging.getLogger("ctxpress.context")
 # exports these as metrics.
 FALLBACK_COUNTS: Counter[str] = Counter()
 
-DEFAULT_BUDGET_TOKENS: int = Settings.model_fields["context_budget_tokens"].default
 # One referenced/edited block may take at most this share of the budget whole; beyond that its
 # summary is used, so that one large helper cannot crowd out every other signature.
 MAX_WHOLE_SHARE = 0.25
@@ -74,48 +73,6 @@ SECOND_CHANCE_MAX = 6
 FILL_MAX_FILE_BUDGETS = 2.0
 # Less slack than this is not worth a second rendering.
 FILL_MIN_TOKENS = 24
-
-
-@dataclass
-class ContextBlock:
-    kind: str
-    name: str
-    start_line: int  # 0-based, inclusive
-    end_line: int
-    form: str  # "whole" | "summary" | "partial"
-    tokens: int
-    reason: str
-
-
-@dataclass
-class AssembledContext:
-    prefix: str  # excerpts + the code up to the cursor; ends exactly at the cursor
-    suffix: str  # budgeted code after the cursor (FIM)
-    blocks: list[ContextBlock]
-    dropped: list[ContextBlock]
-    strategy: str  # "whole-file" | "ast" | "window-fallback"
-    fallback_reason: str | None
-    file_tokens: int
-    context_tokens: int
-    elapsed_ms: float
-    # Additions beyond the worker's contract, for logs and `ctxpress explain`.
-    path: str = ""
-    language: str | None = None
-    line: int = 0
-    column: int = 0
-    budget_tokens: int = DEFAULT_BUDGET_TOKENS
-    file_tokens_exact: bool = False
-    file_lines: int = 0
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    # Length of the prefix's stable part (the excerpts before the enclosing block): it changes
-    # least while the user types, so the engine's KV of it is reused; 0 for the window fallback.
-    stable_chars: int = 0
-    # The excerpts are the previous request's, kept while the user types in the same block.
-    steady: bool = False
-
-    @property
-    def compression_ratio(self) -> float:
-        return self.file_tokens / self.context_tokens if self.context_tokens else 0.0
 
 
 class _Timeout(Exception):
@@ -417,8 +374,7 @@ def _assemble(
         if filled is not None:
             rendered, total, chosen, below = filled
             t = _check(deadline, timings, "fill", t)
-    blocks = [ContextBlock(kind=enc.kind, name=enc.name, start_line=enc.start_line, end_line=enc.end_line,
-                           form=enc.form, tokens=enc.tokens, reason=enc.reason)]
+    blocks = [enc.block()]
     blocks += [_block(c, c.chosen) for c in sorted(chosen, key=lambda c: c.priority)]
     if below is not None:
         blocks.append(below)
@@ -479,11 +435,9 @@ def _steady(
     steady_excerpts.remember(cache, path, replace(
         held, text=text, block_end=max(enc.end_line, line, held.block_end + kept.delta), excerpt_text=excerpt_text,
         segments=segments, above=above, blocks=blocks, dropped=dropped))
-    enc_block = ContextBlock(kind=enc.kind, name=enc.name, start_line=enc.start_line, end_line=enc.end_line,
-                             form=enc.form, tokens=enc.tokens, reason=enc.reason)
     return AssembledContext(
-        prefix=prefix, suffix=enc.suffix, blocks=[enc_block, *(replace(b, reason=f"{b.reason}; {steady_excerpts.NOTE}")
-                                                               for b in blocks)],
+        prefix=prefix, suffix=enc.suffix,
+        blocks=[enc.block(), *(replace(b, reason=f"{b.reason}; {steady_excerpts.NOTE}") for b in blocks)],
         dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
         timings_ms=timings, stable_chars=len(excerpt_text), steady=True,
     )

@@ -14,6 +14,7 @@ from indexer.parsing import ParsedFile
 from indexer.summaries import header_line_range
 from indexer.symbols import FileSymbols, Symbol
 from workers.context.line_tokens import exact_counter, take_while_fits
+from workers.context.model import ContextBlock
 from workers.context.packing import Piece, TokenCounter
 
 # Share of the enclosing block's budget given to the code after the cursor when it must be cut.
@@ -40,6 +41,11 @@ class Enclosing:
     # The last line the suffix shows to its end, when nothing of the file is skipped between the
     # cursor and it (None: the suffix stops inside a block too big to show whole).
     suffix_end_line: int | None = None
+
+    def block(self) -> ContextBlock:
+        """The enclosing block as the report's first block."""
+        return ContextBlock(kind=self.kind, name=self.name, start_line=self.start_line, end_line=self.end_line,
+                            form=self.form, tokens=self.tokens, reason=self.reason)
 
 
 def _take_lines_backward(

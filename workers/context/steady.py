@@ -23,13 +23,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from indexer.parsing import diff_region
+from workers.context.model import ContextBlock
 from workers.context.packing import Segment, TokenCounter
-
-if TYPE_CHECKING:
-    from workers.context.assemble import ContextBlock
 
 # Files whose excerpts are held (one entry per file, the most recently used kept).
 MAX_FILES = 64
@@ -37,7 +35,7 @@ MAX_FILES = 64
 MIN_LINES_LEFT = 2
 NOTE = "kept while typing in the same block"
 
-_Lines = TypeVar("_Lines", "Segment", "ContextBlock")
+_Lines = TypeVar("_Lines", Segment, ContextBlock)
 
 
 @dataclass

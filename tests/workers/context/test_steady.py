@@ -10,7 +10,8 @@ from longfile import long_python_file
 from indexer.parsing import TreeCache, parse_text
 from indexer.symbols import extract_symbols
 from workers.context import steady
-from workers.context.assemble import AssembledContext, assemble_context
+from workers.context.assemble import assemble_context
+from workers.context.model import AssembledContext
 from workers.context.packing import Segment
 
 Counter = Callable[[str], int]
