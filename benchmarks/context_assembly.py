@@ -22,6 +22,7 @@ from pathlib import Path
 
 from workers.context.assemble import assemble_context, warm_file
 from workers.context.line_tokens import exact_counter
+from workers.context.options import AssemblyOptions
 from workers.context.packing import memoized
 
 
@@ -42,8 +43,8 @@ def _measure(path: Path, lines: int, requests: Iterable[tuple[str, int, int]], c
     times, ratios, fallbacks = [], [], 0
     stages: list[dict[str, float]] = []
     for text, line, column in requests:
-        ctx = assemble_context(text, str(path), line, column, count_tokens=count_tokens, budget_tokens=budget,
-                               timeout_ms=1000.0)
+        ctx = assemble_context(text, str(path), line, column, count_tokens=count_tokens,
+                               options=AssemblyOptions(budget_tokens=budget, timeout_ms=1000.0))
         times.append(ctx.elapsed_ms)
         stages.append(ctx.timings_ms)
         fallbacks += ctx.strategy == "window-fallback"

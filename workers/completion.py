@@ -59,6 +59,7 @@ from workers import metrics
 from workers.context import steady
 from workers.context.assemble import assemble_context, warm_file
 from workers.context.line_tokens import exact_counter
+from workers.context.options import AssemblyOptions
 from workers.context.packing import memo_sizes, memoized
 from workers.context.retrieval import RenderedChunk, Retrieval, Retriever, render_retrieved
 from workers.context.window import (
@@ -422,21 +423,11 @@ class CompletionService:
             w = window()
             return w.prefix, w.suffix
 
-        ctx = assemble_context(
-            text, request.path, request.line, request.column,
-            count_tokens=self.count_tokens,
-            budget_tokens=budget,
-            language=request.language,
-            recent_edit_lines=request.recent_edits or (),
-            timeout_ms=self.settings.assembly_timeout_ms,
-            fallback=fallback,
-            summaries=enabled["summaries"],
-            nearby_first=enabled["nearby_first"],
-            similar=enabled["similar"],
-            whole_file=enabled["whole_file"],
-            fill_below=enabled["fill_below"],
-            steady=enabled["steady_excerpts"],
-        )
+        options = AssemblyOptions.with_features(
+            enabled, budget_tokens=budget, timeout_ms=self.settings.assembly_timeout_ms, language=request.language,
+            recent_edit_lines=request.recent_edits or (), fallback=fallback)
+        ctx = assemble_context(text, request.path, request.line, request.column, count_tokens=self.count_tokens,
+                               options=options)
         report = ContextReport(
             strategy=ctx.strategy,
             sources=sorted({b.kind for b in ctx.blocks}) or ["window"],

@@ -1,9 +1,11 @@
 """Assembly entry point: the in-file context of one completion request, with its explanation.
 
-Pipeline: parse (cached, incremental) -> symbol table -> enclosing block (mandatory) ->
-candidates from each source (class header, references, recent edits, imports/constants,
-nearby lines, neighbours) -> one packing pass in priority order under the token budget -> rendering (excerpts
-in file order, then the enclosing block up to the cursor) -> a check of the real token count.
+Pipeline: whole file when it fits (whole_file.py) -> parse (cached, incremental) -> symbol table ->
+enclosing block (mandatory) -> candidates from each source (class header, references, recent edits,
+imports/constants, similar lines, nearby lines, neighbours) -> one packing pass in priority order under the
+token budget -> rendering (excerpts in file order, then the enclosing block up to the cursor) -> a check of
+the real token count -> the lines below the block with what is left (below.py). While the user types in one
+block, the excerpts chosen for it are kept (steady.py).
 
 Any failure (unsupported language, parse failure, exception, or the assembly spending more
 than ``timeout_ms`` of CPU time) degrades to the baseline window for that request: logged, counted in
@@ -16,25 +18,26 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from ctxpress.core.languages import normalize_language
 from ctxpress.core.wire.v1 import wire_lines
 from indexer.parsing import TREE_CACHE, ParsedFile, TreeCache, detect_language, is_supported
 from indexer.summaries import elision_marker
 from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols
-from workers.context import steady as steady_excerpts
+from workers.context import steady
+from workers.context.below import fill_below
 from workers.context.blocks import summary_piece
 from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
 from workers.context.imports import import_candidates
 from workers.context.line_tokens import LineRangeTokens, exact_counter, line_range_estimator, warm_line_counts
-from workers.context.model import DEFAULT_BUDGET_TOKENS, AssembledContext, ContextBlock
+from workers.context.model import AssembledContext, ContextBlock
 from workers.context.nearby import nearby_candidates
 from workers.context.neighbours import neighbour_candidates
+from workers.context.options import DEFAULT_OPTIONS, AssemblyOptions
 from workers.context.packing import (
-    MAX_CHARS_PER_TOKEN,
     TIER_REFERENCED,
     Candidate,
     Form,
@@ -50,7 +53,8 @@ from workers.context.packing import (
 from workers.context.recent_edits import recent_edit_candidates
 from workers.context.references import referenced_candidates
 from workers.context.similar import index_words, similar_candidates
-from workers.context.window import baseline_window, clamp_cursor, split_at_cursor
+from workers.context.whole_file import whole_file_context
+from workers.context.window import baseline_window, clamp_cursor
 
 log = logging.getLogger("ctxpress.context")
 
@@ -67,12 +71,6 @@ MAX_WHOLE_SHARE = 0.25
 NEARBY_FIRST_SHARE = 0.6
 # Dropped blocks retried against the real rendered count (each retry renders and counts once).
 SECOND_CHANCE_MAX = 6
-# Files of at most this many budgets get the budget left after packing filled with the lines
-# below the enclosing block, verbatim, as the FIM suffix a window would show (see _fill_below).
-# Longer files do not: there the prompt is already near full and every token is prefill time.
-FILL_MAX_FILE_BUDGETS = 2.0
-# Less slack than this is not worth a second rendering.
-FILL_MIN_TOKENS = 24
 
 
 class _Timeout(Exception):
@@ -81,6 +79,76 @@ class _Timeout(Exception):
 
 class _ParseFailure(Exception):
     pass
+
+
+class _Clock:
+    """Each stage's wall time, and the deadline on the assembly's own CPU time."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.timings: dict[str, float] = {}
+        self._stage_started = time.perf_counter()
+
+    def check(self, stage: str) -> None:
+        """Record ``stage``'s wall time; raise when the assembly's CPU time is past the deadline."""
+        now = time.perf_counter()
+        self.timings[stage] = (now - self._stage_started) * 1000.0
+        if time.thread_time() > self.deadline:
+            raise _Timeout(stage)
+        self._stage_started = now
+
+
+@dataclass
+class _Assembly:
+    """One assembly's inputs and what every stage of it uses, worked out once."""
+
+    text: str
+    path: str
+    lang: str
+    line: int  # within the file's lines
+    column: int
+    options: AssemblyOptions
+    parsed: ParsedFile
+    table: FileSymbols
+    count_tokens: TokenCounter  # memoised
+    clock: _Clock
+    cursor_byte: int = 0
+    marker_tokens: int = 0  # an elision marker in the file's comment syntax
+    estimate_lines: LineRangeTokens = field(init=False)
+    # Blocks' forms are counted by memoised segments too (``exact``, also in packing): a long one
+    # (an import list's summary runs to thousands of characters) is past the whole-text memo's
+    # size limit and would be tokenized again at every request.
+    exact: TokenCounter = field(init=False)
+    file_lines: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cursor_byte = self.parsed.cursor_byte(self.line, self.column)
+        self.marker_tokens = self.count_tokens(elision_marker(self.lang, 999, 1099, "    "))
+        self.estimate_lines = line_range_estimator(self.parsed, self.count_tokens)
+        self.exact = exact_counter(self.count_tokens)
+        self.file_lines = wire_lines(self.text)
+
+    @property
+    def budget(self) -> int:
+        return self.options.budget_tokens
+
+    def prompt_tokens(self, prefix: str, suffix: str) -> int:
+        return self.exact(prefix) + self.exact(suffix)
+
+    def render(self, chosen: list[Candidate], enc: Enclosing, suffix: str | None = None) -> Rendered:
+        return render_prompt(chosen, enc.prefix_pieces, enc.suffix if suffix is None else suffix, self.lang,
+                             self.file_lines)
+
+
+@dataclass
+class _Packed:
+    """The enclosing block and the excerpts packed beside it, rendered."""
+
+    enc: Enclosing
+    chosen: list[Candidate]
+    dropped: list[Candidate]
+    rendered: Rendered
+    total: int  # the rendered prompt's real token count
 
 
 def _window_fallback(text: str, line: int, column: int, count_tokens: TokenCounter, budget: int) -> tuple[str, str]:
@@ -108,68 +176,46 @@ def assemble_context(
     line: int,
     column: int,
     *,
-    count_tokens: Callable[[str], int],
-    budget_tokens: int = DEFAULT_BUDGET_TOKENS,
-    language: str | None = None,
-    recent_edit_lines: Sequence[tuple[int, int]] = (),
-    timeout_ms: float = 20.0,
-    fallback: Callable[[], tuple[str, str]] | None = None,
-    exact_file_tokens: bool = False,
+    count_tokens: TokenCounter,
+    options: AssemblyOptions = DEFAULT_OPTIONS,
     cache: TreeCache | None = None,
-    summaries: bool = True,
-    nearby_first: bool = True,
-    similar: bool = True,
-    whole_file: bool = True,
-    fill_below: bool = True,
-    steady: bool = True,
 ) -> AssembledContext:
-    """Assemble the in-file context for a cursor at 0-based (line, column) of ``text``.
-
-    ``whole_file``: a file that fits the budget is sent whole (strategy "whole-file"): no
-    cropping can beat it. ``fill_below``: in a file of at most FILL_MAX_FILE_BUDGETS budgets, the
-    budget left after packing goes to the lines below the enclosing block.
-
-    ``recent_edit_lines``: 0-based inclusive line ranges, most recent first (IDE edits and
-    ``indexer.changes.changed_line_ranges``). ``exact_file_tokens``: count the whole file with
-    ``count_tokens`` (slow with a real tokenizer on big files: ~100 ms for 40k tokens), otherwise
-    it is estimated from the characters-per-token of the assembled context.
-    """
+    """Assemble the in-file context for a cursor at 0-based (line, column) of ``text``."""
     t0 = time.perf_counter()
     # The timeout is on the assembly's own CPU time, not wall time: on the embedded appliance the
     # CPU engine shares the cores, and a thread that waits for a core has done no work worth
     # throwing away (the window fallback would wait for the same core). A file that is truly slow
     # to assemble still trips it; wall time is reported in ``elapsed_ms`` and the timings.
-    deadline = time.thread_time() + timeout_ms / 1000.0
-    lang = normalize_language(language) if language else detect_language(path, text)
-    base = dict(path=path, language=lang, line=line, column=column, budget_tokens=budget_tokens,
+    deadline = time.thread_time() + options.timeout_ms / 1000.0
+    lang = normalize_language(options.language) if options.language else detect_language(path, text)
+    base = dict(path=path, language=lang, line=line, column=column, budget_tokens=options.budget_tokens,
                 file_lines=text.count("\n") + 1)
     if not is_supported(lang):
-        return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0,
+        return _fallback(text, line, column, count_tokens, options, t0,
                          "unsupported-language", f"unsupported language: {lang or 'unknown'}", base)
     assert lang is not None
     count_tokens = memoized(count_tokens)
-    if whole_file:
-        whole = _whole_file(text, line, column, count_tokens, budget_tokens)
+    if options.whole_file:
+        whole = whole_file_context(text, line, column, count_tokens, options.budget_tokens)
         if whole is not None:
             whole.elapsed_ms = (time.perf_counter() - t0) * 1000.0
             for k, v in base.items():
                 setattr(whole, k, v)
             return whole
     try:
-        result = _assemble(text, path, lang, line, column, count_tokens, budget_tokens, recent_edit_lines,
-                           deadline, cache if cache is not None else TREE_CACHE, summaries, nearby_first, similar,
-                           fill_below, steady)
+        result = _assemble(text, path, lang, line, column, count_tokens, options, _Clock(deadline),
+                           cache if cache is not None else TREE_CACHE)
     except _Timeout:
-        return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0, "timeout",
-                         f"assembly exceeded {timeout_ms:g} ms", base)
+        return _fallback(text, line, column, count_tokens, options, t0, "timeout",
+                         f"assembly exceeded {options.timeout_ms:g} ms", base)
     except _ParseFailure as exc:
-        return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0, "parse-failure",
+        return _fallback(text, line, column, count_tokens, options, t0, "parse-failure",
                          f"parse failure: {exc}", base)
     except Exception as exc:  # never fail the request over its context: degrade and say why
         log.exception("context assembly failed for %s", path)
-        return _fallback(text, line, column, count_tokens, budget_tokens, fallback, t0, "error",
+        return _fallback(text, line, column, count_tokens, options, t0, "error",
                          f"error: {type(exc).__name__}: {exc}", base)
-    if exact_file_tokens:
+    if options.exact_file_tokens:
         t_count = time.perf_counter()
         result.file_tokens = count_tokens(text)
         result.file_tokens_exact = True
@@ -185,12 +231,15 @@ def assemble_context(
 
 
 def _fallback(
-    text: str, line: int, column: int, count_tokens: TokenCounter, budget: int,
-    fallback: Callable[[], tuple[str, str]] | None, t0: float, cause: str, reason: str, base: dict[str, object],
+    text: str, line: int, column: int, count_tokens: TokenCounter, options: AssemblyOptions, t0: float, cause: str,
+    reason: str, base: dict[str, object],
 ) -> AssembledContext:
     FALLBACK_COUNTS[cause] += 1
     log.warning("context fallback to baseline window for %s: %s", base.get("path"), reason)
-    prefix, suffix = fallback() if fallback is not None else _window_fallback(text, line, column, count_tokens, budget)
+    if options.fallback is not None:
+        prefix, suffix = options.fallback()
+    else:
+        prefix, suffix = _window_fallback(text, line, column, count_tokens, options.budget_tokens)
     tokens = count_tokens(prefix) + count_tokens(suffix)
     shown = len(prefix) + len(suffix)
     file_tokens = max(tokens, round(len(text) * tokens / shown)) if shown else tokens
@@ -203,296 +252,187 @@ def _fallback(
     return ctx
 
 
-def _whole_file(text: str, line: int, column: int, count_tokens: TokenCounter, budget: int) -> AssembledContext | None:
-    """The whole file as prefix and suffix, when it fits the budget (None otherwise).
-
-    On short files a window sees everything and cropping can only lose: measured on the
-    short-file eval, the 48 of 100 cursors in files that fit 1,024 tokens got 491 tokens of
-    excerpts where the file had 571."""
-    if len(text) > budget * MAX_CHARS_PER_TOKEN:
-        return None  # cannot fit: do not pay for counting it
-    exact = exact_counter(count_tokens)
-    tokens = exact(text)
-    if tokens > budget:
-        return None
-    line, column = clamp_cursor(text, line, column)
-    lines, before, after = split_at_cursor(text, line, column)
-    prefix = "".join(lines[:line]) + before
-    suffix = after + "".join(lines[line + 1:])
-    cursor = len(prefix)
-    shown = exact(prefix) + exact(suffix)  # the cut at the cursor may split a token
-    if shown > budget:
-        return None
-    whole = ContextBlock(kind="file", name="whole file", start_line=0, end_line=text.count("\n"),
-                         form="whole", tokens=shown, reason=f"the whole file fits the budget ({shown} <= {budget})")
-    return AssembledContext(
-        prefix=prefix, suffix=suffix, strategy="whole-file", fallback_reason=None, blocks=[whole], dropped=[],
-        file_tokens=tokens, file_tokens_exact=True, context_tokens=shown, elapsed_ms=0.0,
-        stable_chars=_top_level_start(lines, line, cursor),
-    )
-
-
-def _top_level_start(lines: list[str], line: int, cursor: int) -> int:
-    """Offset of the start of the top-level statement holding the cursor line (its decorators and
-    comments included): the part of the file above it does not change while the user types
-    there, and cross-file chunks go in at this point. A text scan: no parse for a whole file."""
-    i = min(line, len(lines) - 1)
-    while i > 0:
-        stripped = lines[i].strip()
-        if stripped and not lines[i][0].isspace() and stripped[0] not in ")]}":
-            break
-        i -= 1
-    while i > 0 and lines[i - 1][:1] in ("@", "#", "/"):
-        i -= 1  # decorators and comments belong to what follows them
-    return min(cursor, sum(len(x) for x in lines[:i]))
-
-
-def _check(deadline: float, timings: dict[str, float], stage: str, t_stage: float) -> float:
-    """Record a stage's wall time; raise when the assembly's CPU time is past ``deadline``."""
-    now = time.perf_counter()
-    timings[stage] = (now - t_stage) * 1000.0
-    if time.thread_time() > deadline:
-        raise _Timeout(stage)
-    return now
-
-
 def _assemble(
-    text: str, path: str, lang: str, line: int, column: int, count_tokens: TokenCounter, budget: int,
-    recent_edit_lines: Sequence[tuple[int, int]], deadline: float, cache: TreeCache, summaries: bool = True,
-    nearby_first: bool = True,
-    similar: bool = True,
-    fill_below: bool = True,
-    steady: bool = True,
+    text: str, path: str, lang: str, line: int, column: int, count_tokens: TokenCounter, options: AssemblyOptions,
+    clock: _Clock, cache: TreeCache,
 ) -> AssembledContext:
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
     # The cursor line is parsed blank: half-typed code there (an open bracket, an unclosed
     # string) makes tree-sitter's error recovery re-parse and mangle the rest of the file; the
     # line itself is rendered from the real text, and its identifiers are read from that text.
     parsed = cache.get(path, text, lang, blank_line=line)
-    t = _check(deadline, timings, "parse", t)
+    clock.check("parse")
     line = max(0, min(line, parsed.line_count - 1))
     table = cheap_symbols(parsed) or extract_symbols(parsed)
-    root = parsed.tree.root_node
     # Half-typed code always has error nodes; only a tree with nothing recognisable is a failure.
-    if root.has_error and not table.symbols and text.strip():
+    if parsed.tree.root_node.has_error and not table.symbols and text.strip():
         raise _ParseFailure("no declarations recognised in an erroneous tree")
-    t = _check(deadline, timings, "symbols", t)
-
-    cursor_byte = parsed.cursor_byte(line, column)
-    lang_marker_tokens = count_tokens(elision_marker(lang, 999, 1099, "    "))
-    estimate_lines = line_range_estimator(parsed, count_tokens)
-    # Blocks' forms are counted by memoised segments too (``exact`` below, in packing): a long one
-    # (an import list's summary runs to thousands of characters) is past the whole-text memo's
-    # size limit and would be tokenized again at every request.
-    exact = exact_counter(count_tokens)
-
-    def prompt_tokens(prefix: str, suffix: str) -> int:
-        return exact(prefix) + exact(suffix)
-
-    file_lines = wire_lines(text)
-    options = (lang, budget, summaries, nearby_first, similar, fill_below)
-    kept = steady_excerpts.lookup(cache, path, text, options, recent_edit_lines) if steady else None
+    clock.check("symbols")
+    a = _Assembly(text, path, lang, line, column, options, parsed, table, count_tokens, clock)
+    # what the held excerpts were chosen with: any change chooses afresh
+    steady_options = (lang, a.budget, options.summaries, options.nearby_first, options.similar, options.fill_below)
+    kept = (steady.lookup(cache, path, text, steady_options, options.recent_edit_lines)
+            if options.steady_excerpts else None)
     if kept is not None:
-        held = _steady(cache, path, kept, text, table, line, cursor_byte, budget, count_tokens, exact, lang,
-                       lang_marker_tokens, file_lines, timings)
+        held = _steady(a, cache, kept)
+        clock.check("steady")
         if held is not None:
-            _check(deadline, timings, "steady", t)
             return held
-        t = _check(deadline, timings, "steady", t)
-
-    enclosing_budget = budget
-    for _attempt in range(3):
-        enc = find_enclosing(table, line, cursor_byte, enclosing_budget, count_tokens, lang_marker_tokens)
-        remaining = budget - enc.tokens - lang_marker_tokens
-        candidates = _candidates(table, enc, line, recent_edit_lines)
-        if similar:
-            candidates += similar_candidates(parsed, line, column, enc.shown_ranges, estimate_lines,
-                                             lang_marker_tokens)
-        nearby = nearby_candidates(table, enc, estimate_lines, max(0, remaining), lang_marker_tokens)
-        reserve = 0
-        if nearby_first and nearby:
-            # Measured on the long-file eval: the window-like lines above the block are worth more
-            # to a small model than whole bodies of helpers; their signatures still go in first.
-            # The reserve never takes the room of the class head's and references' cheapest forms.
-            signatures = sum(form_tokens(c.forms[-1], exact, lang_marker_tokens, estimate_lines)
-                             for c in candidates if c.tier <= TIER_REFERENCED)
-            fits = [f.tokens for f in nearby[0].forms if f.tokens <= int(budget * NEARBY_FIRST_SHARE)]
-            reserve = max(0, min(max(fits, default=0), remaining - signatures))
-            nearby[0].reason += f"; {reserve} tokens held for it (nearby_first)"
-        candidates += nearby
-        if not summaries:  # ablation: a block goes in whole or not at all
-            candidates = [c for c in candidates if _drop_summary_forms(c)]
-        t = _check(deadline, timings, "candidates", t)
-        result = pack(candidates, max(0, remaining), exact, lang_marker_tokens,
-                      max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges,
-                      estimate_lines=estimate_lines, reserve=reserve)
-        chosen, dropped = result.chosen, result.dropped
-        # Token counts of pieces are not exactly additive (merges across boundaries, markers):
-        # count the rendered prompt (exactly, by memoised segments: see line_tokens) and shed the
-        # lowest-priority blocks until it fits.
-        while True:
-            rendered = render_prompt(chosen, enc.prefix_pieces, enc.suffix, lang, file_lines)
-            total = prompt_tokens(rendered.prefix, rendered.suffix)
-            if total <= budget or not chosen:
-                break
-            victim = max(chosen, key=lambda c: c.priority)
-            chosen.remove(victim)
-            victim.drop_reason = f"shed after rendering: prompt was {total} tokens > budget {budget}"
-            dropped.append(victim)
-        t = _check(deadline, timings, "pack", t)
-        # The estimate is pessimistic (a marker per piece): offer the slack of the real count to
-        # the dropped blocks, by their estimates, then verify with one more real count.
-        slack = budget - total
-        added: list[Candidate] = []
-        for cand in sorted(dropped, key=lambda c: c.priority)[:SECOND_CHANCE_MAX]:
-            fitting = [f for f in cand.forms if f.tokens and f.tokens - lang_marker_tokens <= slack]
-            if fitting:
-                cand.chosen = fitting[0]
-                slack -= fitting[0].tokens - lang_marker_tokens
-                added.append(cand)
-        if added:
-            trial = render_prompt([*chosen, *added], enc.prefix_pieces, enc.suffix, lang, file_lines)
-            trial_total = prompt_tokens(trial.prefix, trial.suffix)
-            if trial_total <= budget:
-                chosen += added
-                for cand in added:
-                    dropped.remove(cand)
-                rendered, total = trial, trial_total
-            else:
-                for cand in added:
-                    cand.chosen = None
-        t = _check(deadline, timings, "second-chance", t)
-        if total <= budget:
-            break
-        enclosing_budget = max(1, enclosing_budget - (total - budget) - lang_marker_tokens)
+    packed = _pack(a)
+    enc, rendered, total, chosen = packed.enc, packed.rendered, packed.total, packed.chosen
     below: ContextBlock | None = None
-    if (fill_below and budget - total >= FILL_MIN_TOKENS and enc.suffix_end_line is not None
-            and estimate_lines(0, parsed.line_count - 1) <= FILL_MAX_FILE_BUDGETS * budget):
-        filled = _fill_below(parsed, enc, chosen, total, budget, estimate_lines, prompt_tokens,
-                             lambda kept, suffix: render_prompt(kept, enc.prefix_pieces, suffix, lang, file_lines))
+    if options.fill_below:
+        filled = fill_below(parsed, enc, chosen, total, a.budget, a.estimate_lines, a.prompt_tokens,
+                            lambda kept, suffix: a.render(kept, enc, suffix))
         if filled is not None:
             rendered, total, chosen, below = filled
-            t = _check(deadline, timings, "fill", t)
-    blocks = [enc.block()]
-    blocks += [_block(c, c.chosen) for c in sorted(chosen, key=lambda c: c.priority)]
+            clock.check("fill")
+    blocks = [enc.block(), *(_block(c, c.chosen) for c in sorted(chosen, key=lambda c: c.priority))]
     if below is not None:
         blocks.append(below)
-    dropped_blocks = [_block(c, None, f"{c.drop_reason} ({c.reason})")
-                      for c in sorted(dropped, key=lambda c: c.priority)]
-    if steady and enc.symbol is not None and below is None:
-        steady_excerpts.remember(cache, path, steady_excerpts.Held(
-            text=text, options=options, block_name=enc.name, block_start=enc.start_line,
-            block_end=max(enc.end_line, line), excerpt_text=rendered.excerpt_text, segments=rendered.segments,
-            above=rendered.above, blocks=blocks[1:], dropped=dropped_blocks,
-            outside_edits=frozenset(r for r in recent_edit_lines
-                                    if not (enc.start_line <= r[0] and r[1] <= max(enc.end_line, line)))))
-    elif steady:
-        steady_excerpts.forget(cache, path)
+    dropped = [_block(c, None, f"{c.drop_reason} ({c.reason})")
+               for c in sorted(packed.dropped, key=lambda c: c.priority)]
+    if options.steady_excerpts and enc.symbol is not None and below is None:
+        block_end = max(enc.end_line, line)
+        steady.remember(cache, path, steady.Held(
+            text=text, options=steady_options, block_name=enc.name, block_start=enc.start_line, block_end=block_end,
+            excerpt_text=rendered.excerpt_text, segments=rendered.segments, above=rendered.above, blocks=blocks[1:],
+            dropped=dropped, outside_edits=frozenset(r for r in options.recent_edit_lines
+                                                     if not (enc.start_line <= r[0] and r[1] <= block_end))))
+    elif options.steady_excerpts:
+        steady.forget(cache, path)
     return AssembledContext(
-        prefix=rendered.prefix, suffix=rendered.suffix, blocks=blocks, dropped=dropped_blocks, strategy="ast",
-        fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0, timings_ms=timings,
+        prefix=rendered.prefix, suffix=rendered.suffix, blocks=blocks, dropped=dropped, strategy="ast",
+        fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0, timings_ms=clock.timings,
         stable_chars=len(rendered.excerpt_text),
     )
 
 
-def _steady(
-    cache: TreeCache, path: str, kept: steady_excerpts.Kept, text: str, table: FileSymbols, line: int,
-    cursor_byte: int, budget: int,
-    count_tokens: TokenCounter, exact: TokenCounter, lang: str, marker_tokens: int, file_lines: list[str],
-    timings: dict[str, float],
-) -> AssembledContext | None:
+def _pack(a: _Assembly) -> _Packed:
+    """The enclosing block and the excerpts that fit beside it. An enclosing block cut to the budget may still
+    leave the rendered prompt over it (markers, merges): it is cut again by the excess, at most three times."""
+    enclosing_budget = a.budget
+    for _attempt in range(3):
+        enc = find_enclosing(a.table, a.line, a.cursor_byte, enclosing_budget, a.count_tokens, a.marker_tokens)
+        remaining = a.budget - enc.tokens - a.marker_tokens
+        candidates, reserve = _candidates_beside(a, enc, remaining)
+        a.clock.check("candidates")
+        result = pack(candidates, max(0, remaining), a.exact, a.marker_tokens,
+                      max_whole_tokens=int(a.budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges,
+                      estimate_lines=a.estimate_lines, reserve=reserve)
+        packed = _shed(a, enc, result.chosen, result.dropped)
+        a.clock.check("pack")
+        _second_chance(a, packed)
+        a.clock.check("second-chance")
+        if packed.total <= a.budget:
+            break
+        enclosing_budget = max(1, enclosing_budget - (packed.total - a.budget) - a.marker_tokens)
+    return packed
+
+
+def _candidates_beside(a: _Assembly, enc: Enclosing, remaining: int) -> tuple[list[Candidate], int]:
+    """Every source's candidates for the room ``remaining`` beside ``enc``, and the tokens held for the nearby
+    lines (nearby_first)."""
+    candidates = _candidates(a.table, enc, a.line, a.options.recent_edit_lines)
+    if a.options.similar:
+        candidates += similar_candidates(a.parsed, a.line, a.column, enc.shown_ranges, a.estimate_lines,
+                                         a.marker_tokens)
+    nearby = nearby_candidates(a.table, enc, a.estimate_lines, max(0, remaining), a.marker_tokens)
+    reserve = 0
+    if a.options.nearby_first and nearby:
+        # Measured on the long-file eval: the window-like lines above the block are worth more
+        # to a small model than whole bodies of helpers; their signatures still go in first.
+        # The reserve never takes the room of the class head's and references' cheapest forms.
+        signatures = sum(form_tokens(c.forms[-1], a.exact, a.marker_tokens, a.estimate_lines)
+                         for c in candidates if c.tier <= TIER_REFERENCED)
+        fits = [f.tokens for f in nearby[0].forms if f.tokens <= int(a.budget * NEARBY_FIRST_SHARE)]
+        reserve = max(0, min(max(fits, default=0), remaining - signatures))
+        nearby[0].reason += f"; {reserve} tokens held for it (nearby_first)"
+    candidates += nearby
+    if not a.options.summaries:  # ablation: a block goes in whole or not at all
+        candidates = [c for c in candidates if _drop_summary_forms(c)]
+    return candidates, reserve
+
+
+def _shed(a: _Assembly, enc: Enclosing, chosen: list[Candidate], dropped: list[Candidate]) -> _Packed:
+    """Token counts of pieces are not exactly additive (merges across boundaries, markers): count
+    the rendered prompt (exactly, by memoised segments: see line_tokens) and shed the
+    lowest-priority blocks until it fits."""
+    while True:
+        rendered = a.render(chosen, enc)
+        total = a.prompt_tokens(rendered.prefix, rendered.suffix)
+        if total <= a.budget or not chosen:
+            return _Packed(enc, chosen, dropped, rendered, total)
+        victim = max(chosen, key=lambda c: c.priority)
+        chosen.remove(victim)
+        victim.drop_reason = f"shed after rendering: prompt was {total} tokens > budget {a.budget}"
+        dropped.append(victim)
+
+
+def _second_chance(a: _Assembly, packed: _Packed) -> None:
+    """The estimate is pessimistic (a marker per piece): offer the slack of the real count to
+    the dropped blocks, by their estimates, then verify with one more real count."""
+    slack = a.budget - packed.total
+    added: list[Candidate] = []
+    for cand in sorted(packed.dropped, key=lambda c: c.priority)[:SECOND_CHANCE_MAX]:
+        fitting = [f for f in cand.forms if f.tokens and f.tokens - a.marker_tokens <= slack]
+        if fitting:
+            cand.chosen = fitting[0]
+            slack -= fitting[0].tokens - a.marker_tokens
+            added.append(cand)
+    if not added:
+        return
+    trial = a.render([*packed.chosen, *added], packed.enc)
+    trial_total = a.prompt_tokens(trial.prefix, trial.suffix)
+    if trial_total <= a.budget:
+        packed.chosen += added
+        for cand in added:
+            packed.dropped.remove(cand)
+        packed.rendered, packed.total = trial, trial_total
+    else:
+        for cand in added:
+            cand.chosen = None
+
+
+def _steady(a: _Assembly, cache: TreeCache, kept: steady.Kept) -> AssembledContext | None:
     """The held excerpts, then the enclosing block rendered afresh; None when the cursor left the
     block they were chosen for, or the block alone no longer fits beside any of them."""
     held = kept.held
-    enc = find_enclosing(table, line, cursor_byte, budget, count_tokens, marker_tokens)
+    enc = find_enclosing(a.table, a.line, a.cursor_byte, a.budget, a.count_tokens, a.marker_tokens)
     if enc.symbol is None or enc.name != held.block_name or enc.start_line != held.block_start:
         return None
-    segments = [steady_excerpts.moved(s, kept) for s in held.segments]
+    segments = [steady.moved(s, kept) for s in held.segments]
     excerpt_text, above = held.excerpt_text, held.above
     first = enc.prefix_pieces[0].start_line if enc.prefix_pieces else enc.start_line
     for _attempt in range(4):
-        prefix = excerpt_text + render_enclosing(enc.prefix_pieces, above, lang, file_lines)
-        total = exact(prefix) + exact(enc.suffix)
-        if total <= budget:
+        prefix = excerpt_text + render_enclosing(enc.prefix_pieces, above, a.lang, a.file_lines)
+        total = a.exact(prefix) + a.exact(enc.suffix)
+        if total <= a.budget:
             break
         if not segments:
             return None
         # the block grew: cut from the excerpts' end, so that their head (and its KV) stays
-        excerpt_text, segments = steady_excerpts.trim(excerpt_text, segments, total - budget, exact)
+        excerpt_text, segments = steady.trim(excerpt_text, segments, total - a.budget, a.exact)
         above = max((s.end_line for s in segments if s.end_line < first), default=-1)
     else:
         return None
     shown = [(s.start_line, s.end_line) for s in segments]
     blocks: list[ContextBlock] = []
-    dropped = [steady_excerpts.moved(b, kept) for b in held.dropped]
+    dropped = [steady.moved(b, kept) for b in held.dropped]
     for block in held.blocks:
-        moved = steady_excerpts.moved(block, kept)
-        if any(a <= moved.end_line and moved.start_line <= b for a, b in shown):
+        moved = steady.moved(block, kept)
+        if any(x <= moved.end_line and moved.start_line <= y for x, y in shown):
             blocks.append(moved)
         else:
             dropped.append(replace(moved, reason=f"cut while typing: the enclosing block grew ({moved.reason})"))
-    steady_excerpts.remember(cache, path, replace(
-        held, text=text, block_end=max(enc.end_line, line, held.block_end + kept.delta), excerpt_text=excerpt_text,
-        segments=segments, above=above, blocks=blocks, dropped=dropped))
+    steady.remember(cache, a.path, replace(
+        held, text=a.text, block_end=max(enc.end_line, a.line, held.block_end + kept.delta),
+        excerpt_text=excerpt_text, segments=segments, above=above, blocks=blocks, dropped=dropped))
     return AssembledContext(
         prefix=prefix, suffix=enc.suffix,
-        blocks=[enc.block(), *(replace(b, reason=f"{b.reason}; {steady_excerpts.NOTE}") for b in blocks)],
+        blocks=[enc.block(), *(replace(b, reason=f"{b.reason}; {steady.NOTE}") for b in blocks)],
         dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
-        timings_ms=timings, stable_chars=len(excerpt_text), steady=True,
+        timings_ms=a.clock.timings, stable_chars=len(excerpt_text), steady=True,
     )
-
-
-def _fill_below(
-    parsed: ParsedFile, enc: Enclosing, chosen: list[Candidate], total: int, budget: int,
-    estimate_lines: LineRangeTokens, prompt_tokens: Callable[[str, str], int],
-    render: Callable[[list[Candidate], str], Rendered],
-) -> tuple[Rendered, int, list[Candidate], ContextBlock] | None:
-    """Spend the budget packing left over on the lines after the enclosing block, appended to the
-    FIM suffix in file order (the siblings below are the file's idioms too, and where a window
-    would show them). Excerpts those lines cover verbatim (a sibling's signature) leave the
-    prefix and give their tokens to the fill. Lines are taken by estimate, then the prompt is
-    counted for real and trimmed until it fits."""
-    assert enc.suffix_end_line is not None
-    first = enc.suffix_end_line + 1
-    last_line = parsed.line_count - 1
-    if first > last_line:
-        return None
-    slack = budget - total
-    end = first - 1
-    kept = list(chosen)
-    def covered(c: Candidate, last: int) -> bool:
-        return c.chosen is not None and bool(c.chosen.pieces) and all(
-            first <= p.start_line and p.end_line <= last for p in c.chosen.pieces)
-
-    while end < last_line:
-        cost = estimate_lines(end + 1, end + 1)
-        newly = [c for c in kept if covered(c, end + 1)]
-        freed = sum(c.chosen.tokens for c in newly if c.chosen is not None)
-        if cost > slack + freed:
-            break
-        end += 1
-        kept = [c for c in kept if c not in newly]
-        slack += freed - cost
-    if end < first:
-        return None
-    for _attempt in range(4):
-        rendered = render(kept, enc.suffix + parsed.lines_text(first, end))
-        real = prompt_tokens(rendered.prefix, rendered.suffix)
-        if real <= budget:
-            block = ContextBlock(
-                kind="below", name=f"lines below {enc.name}", start_line=first, end_line=end, form="whole",
-                tokens=real - total,
-                reason=(f"budget left after packing, on a file of <= {FILL_MAX_FILE_BUDGETS:g} budgets: "
-                        f"the code after the enclosing block, verbatim ({end - first + 1} lines)"))
-            return rendered, real, kept, block
-        excess = real - budget
-        while end >= first and excess > 0:  # trim from the far end by estimate, then recount
-            excess -= estimate_lines(end, end)
-            end -= 1
-        if end < first:
-            return None
-    return None
 
 
 def warm_file(
@@ -563,34 +503,3 @@ def _identifier_words(tokens: set[str]) -> set[str]:
     return words
 
 
-def explain(ctx: AssembledContext) -> str:
-    """Human-readable context report: what was chosen and why, what was dropped, and the prompt."""
-    out: list[str] = []
-    ratio = f"{ctx.compression_ratio:.1f}:1" if ctx.context_tokens else "n/a"
-    out.append(f"context for {ctx.path or '<text>'} at line {ctx.line + 1}, column {ctx.column + 1} "
-               f"(language: {ctx.language or 'unknown'})")
-    out.append(f"strategy: {ctx.strategy}" + (f" (fallback: {ctx.fallback_reason})" if ctx.fallback_reason else ""))
-    approx = "" if ctx.file_tokens_exact else "~"
-    out.append(f"tokens: {ctx.context_tokens} of budget {ctx.budget_tokens}; file {approx}{ctx.file_tokens} tokens "
-               f"in {ctx.file_lines} lines; compression {ratio}; assembled in {ctx.elapsed_ms:.1f} ms")
-    if ctx.timings_ms:
-        out.append("stages: " + ", ".join(f"{k} {v:.1f} ms" for k, v in ctx.timings_ms.items()))
-    out.append("")
-
-    def table(title: str, rows: list[ContextBlock]) -> None:
-        out.append(f"{title} ({len(rows)}):")
-        if not rows:
-            out.append("  (none)")
-        for i, b in enumerate(rows, 1):
-            out.append(f"  {i:>2}. {b.kind:<11} {b.name:<36} lines {b.start_line + 1}-{b.end_line + 1}  "
-                       f"{b.form:<7} {b.tokens:>5} tok  {b.reason}")
-
-    table("chosen", ctx.blocks)
-    table("dropped for the budget", ctx.dropped)
-    out.append("")
-    out.append("----- prompt prefix (ends at the cursor) -----")
-    out.append(ctx.prefix + "<CURSOR>")
-    out.append("----- prompt suffix -----")
-    out.append(ctx.suffix)
-    out.append("----- end -----")
-    return "\n".join(out)

@@ -1,4 +1,5 @@
-"""`explain FILE --line L --column C`: print the context report and the assembled prompt.
+"""`explain FILE --line L --column C`: print the context report (what was chosen and why, what was dropped)
+and the assembled prompt.
 
 Run by ``ctxpress explain`` as ``python -m workers.context.cli`` (nothing imports workers).
 Lines and columns are 0-based, as in ``ctxpress complete`` and the wire format.
@@ -12,7 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ctxpress.core.settings import get_settings
-from workers.context.assemble import assemble_context, explain
+from workers.context.assemble import assemble_context
+from workers.context.model import AssembledContext, ContextBlock
+from workers.context.options import AssemblyOptions
 from workers.context.tokens import rough_token_count
 
 
@@ -45,13 +48,45 @@ def main(argv: Sequence[str] | None = None, count_tokens: Callable[[str], int] |
         root = _git_root(args.file)
         if root is not None:
             edits += changed_line_ranges(root, args.file.resolve())
-    ctx = assemble_context(
-        text, str(args.file), args.line, args.column, count_tokens=count_tokens or rough_token_count,
-        budget_tokens=args.budget, language=args.language, recent_edit_lines=edits, timeout_ms=args.timeout_ms,
-        exact_file_tokens=True,
-    )
+    options = AssemblyOptions(budget_tokens=args.budget, language=args.language, recent_edit_lines=edits,
+                              timeout_ms=args.timeout_ms, exact_file_tokens=True)
+    ctx = assemble_context(text, str(args.file), args.line, args.column,
+                           count_tokens=count_tokens or rough_token_count, options=options)
     sys.stdout.write(explain(ctx) + "\n")
     return 0
+
+
+def explain(ctx: AssembledContext) -> str:
+    """Human-readable context report: what was chosen and why, what was dropped, and the prompt."""
+    out: list[str] = []
+    ratio = f"{ctx.compression_ratio:.1f}:1" if ctx.context_tokens else "n/a"
+    out.append(f"context for {ctx.path or '<text>'} at line {ctx.line + 1}, column {ctx.column + 1} "
+               f"(language: {ctx.language or 'unknown'})")
+    out.append(f"strategy: {ctx.strategy}" + (f" (fallback: {ctx.fallback_reason})" if ctx.fallback_reason else ""))
+    approx = "" if ctx.file_tokens_exact else "~"
+    out.append(f"tokens: {ctx.context_tokens} of budget {ctx.budget_tokens}; file {approx}{ctx.file_tokens} tokens "
+               f"in {ctx.file_lines} lines; compression {ratio}; assembled in {ctx.elapsed_ms:.1f} ms")
+    if ctx.timings_ms:
+        out.append("stages: " + ", ".join(f"{k} {v:.1f} ms" for k, v in ctx.timings_ms.items()))
+    out.append("")
+
+    def table(title: str, rows: list[ContextBlock]) -> None:
+        out.append(f"{title} ({len(rows)}):")
+        if not rows:
+            out.append("  (none)")
+        for i, b in enumerate(rows, 1):
+            out.append(f"  {i:>2}. {b.kind:<11} {b.name:<36} lines {b.start_line + 1}-{b.end_line + 1}  "
+                       f"{b.form:<7} {b.tokens:>5} tok  {b.reason}")
+
+    table("chosen", ctx.blocks)
+    table("dropped for the budget", ctx.dropped)
+    out.append("")
+    out.append("----- prompt prefix (ends at the cursor) -----")
+    out.append(ctx.prefix + "<CURSOR>")
+    out.append("----- prompt suffix -----")
+    out.append(ctx.suffix)
+    out.append("----- end -----")
+    return "\n".join(out)
 
 
 def _git_root(path: Path) -> Path | None:

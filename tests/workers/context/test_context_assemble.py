@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import pytest
 from ctx_samples import CROP_ONLY, PYTHON, split_cursor
 from longfile import long_python_file
 
 from indexer.parsing import TreeCache
-from workers.context.assemble import FALLBACK_COUNTS, assemble_context, explain
+from workers.context.assemble import FALLBACK_COUNTS, assemble_context
+from workers.context.cli import explain
+from workers.context.model import AssembledContext
+from workers.context.options import AssemblyOptions
 
 Counter = Callable[[str], int]
 
 
-def _ctx(text: str, line: int, column: int, count_tokens: Counter, **kw):  # type: ignore[no-untyped-def]
-    kw.setdefault("timeout_ms", 2000)
-    kw = {**CROP_ONLY, **kw}
-    return assemble_context(text, kw.pop("path", "orderbook.py"), line, column, count_tokens=count_tokens, **kw)
+def _ctx(text: str, line: int, column: int, count_tokens: Counter, path: str = "orderbook.py",
+         **options: Any) -> AssembledContext:
+    return assemble_context(text, path, line, column, count_tokens=count_tokens,
+                            options=AssemblyOptions(**{"timeout_ms": 2000, **CROP_ONLY, **options}))
 
 
 def test_prefix_and_suffix_join_at_the_cursor(count_tokens: Counter) -> None:
@@ -132,8 +137,8 @@ def test_budget_is_respected_on_a_long_real_file(budget: int, count_tokens: Coun
     path, text = long_python_file()
     lines = text.splitlines()
     for line in range(200, len(lines) - 50, max(1, len(lines) // 12)):
-        ctx = assemble_context(text, path, line, 4, count_tokens=count_tokens, budget_tokens=budget,
-                               timeout_ms=5000, **CROP_ONLY)
+        ctx = assemble_context(text, path, line, 4, count_tokens=count_tokens,
+                               options=AssemblyOptions(budget_tokens=budget, timeout_ms=5000, **CROP_ONLY))
         assert ctx.strategy == "ast"
         real = count_tokens(ctx.prefix) + count_tokens(ctx.suffix)
         assert real == ctx.context_tokens
@@ -148,13 +153,14 @@ def test_long_file_compression_and_assembly_time(count_tokens: Counter) -> None:
     cache = TreeCache()
     times, ratios = [], []
     for line in range(150, len(lines) - 50, max(1, len(lines) // 25)):
-        assemble_context(text, path, line, 0, count_tokens=count_tokens, cache=cache, timeout_ms=5000, **CROP_ONLY)
+        assemble_context(text, path, line, 0, count_tokens=count_tokens, cache=cache,
+                         options=AssemblyOptions(timeout_ms=5000, **CROP_ONLY))
         content = lines[line].rstrip("\n")
         indent = len(content) - len(content.lstrip())
         typed = list(lines)
         typed[line] = lines[line][:indent] + "x" + lines[line][indent:]  # one keystroke
         ctx = assemble_context("".join(typed), path, line, indent + 1, count_tokens=count_tokens, cache=cache,
-                               timeout_ms=5000, exact_file_tokens=True, **CROP_ONLY)
+                               options=AssemblyOptions(timeout_ms=5000, exact_file_tokens=True, **CROP_ONLY))
         assert ctx.strategy == "ast"
         times.append(ctx.elapsed_ms - ctx.timings_ms.get("file_tokens", 0.0))
         ratios.append(ctx.compression_ratio)
@@ -166,7 +172,8 @@ def test_long_file_compression_and_assembly_time(count_tokens: Counter) -> None:
 
 def test_unsupported_language_falls_back_and_is_counted(count_tokens: Counter) -> None:
     before = FALLBACK_COUNTS["unsupported-language"]
-    ctx = assemble_context("puts 'hi'\nputs 'there'\n", "hello.rb", 1, 4, count_tokens=count_tokens, **CROP_ONLY)
+    ctx = assemble_context("puts 'hi'\nputs 'there'\n", "hello.rb", 1, 4, count_tokens=count_tokens,
+                           options=AssemblyOptions(**CROP_ONLY))
     assert ctx.strategy == "window-fallback"
     assert "unsupported language" in (ctx.fallback_reason or "")
     assert ctx.prefix == "puts 'hi'\nputs"
@@ -178,7 +185,7 @@ def test_timeout_uses_the_callers_fallback(count_tokens: Counter) -> None:
     text, line, column = split_cursor(PYTHON)
     before = FALLBACK_COUNTS["timeout"]
     ctx = assemble_context(text, "orderbook_timeout.py", line, column, count_tokens=count_tokens,
-                           timeout_ms=0.0, fallback=lambda: ("PRE", "SUF"), **CROP_ONLY)
+                           options=AssemblyOptions(timeout_ms=0.0, fallback=lambda: ("PRE", "SUF"), **CROP_ONLY))
     assert (ctx.strategy, ctx.prefix, ctx.suffix) == ("window-fallback", "PRE", "SUF")
     assert "exceeded" in (ctx.fallback_reason or "")
     assert FALLBACK_COUNTS["timeout"] == before + 1
@@ -186,7 +193,8 @@ def test_timeout_uses_the_callers_fallback(count_tokens: Counter) -> None:
 
 def test_parse_failure_falls_back(count_tokens: Counter) -> None:
     junk = ")))) ]]] ((( }}} @@@ !!! ::: \n" * 5
-    ctx = assemble_context(junk, "junk.py", 2, 3, count_tokens=count_tokens, timeout_ms=2000, **CROP_ONLY)
+    ctx = assemble_context(junk, "junk.py", 2, 3, count_tokens=count_tokens,
+                           options=AssemblyOptions(timeout_ms=2000, **CROP_ONLY))
     assert ctx.strategy == "window-fallback"
     assert "parse failure" in (ctx.fallback_reason or "")
 
@@ -228,10 +236,11 @@ def test_summaries_off_keeps_blocks_whole_or_drops_them() -> None:
                       + "    return x\n\n\n" for i in range(12))
     text = helpers + "def main() -> int:\n    total = helper_3(1) + helper_7(2)\n    return total\n"
     line = text.splitlines().index("    total = helper_3(1) + helper_7(2)")
-    with_summaries = assemble_context(text, "m.py", line, 12, count_tokens=rough_token_count, budget_tokens=300,
-                                      timeout_ms=1000, **CROP_ONLY)
-    without = assemble_context(text, "m.py", line, 12, count_tokens=rough_token_count, budget_tokens=300,
-                               timeout_ms=1000, summaries=False, **CROP_ONLY)
+    with_summaries = assemble_context(text, "m.py", line, 12, count_tokens=rough_token_count,
+                                      options=AssemblyOptions(budget_tokens=300, timeout_ms=1000, **CROP_ONLY))
+    without = assemble_context(text, "m.py", line, 12, count_tokens=rough_token_count,
+                               options=AssemblyOptions(budget_tokens=300, timeout_ms=1000, summaries=False,
+                                                       **CROP_ONLY))
     assert any(b.form == "summary" for b in with_summaries.blocks)
     assert all(b.form != "summary" for b in without.blocks)
     assert without.strategy == with_summaries.strategy == "ast"
@@ -239,7 +248,8 @@ def test_summaries_off_keeps_blocks_whole_or_drops_them() -> None:
 
 def test_a_file_that_fits_the_budget_is_sent_whole(count_tokens: Counter) -> None:
     text, line, column = split_cursor(PYTHON)
-    ctx = assemble_context(text, "orderbook.py", line, column, count_tokens=count_tokens, timeout_ms=2000)
+    ctx = assemble_context(text, "orderbook.py", line, column, count_tokens=count_tokens,
+                           options=AssemblyOptions(timeout_ms=2000))
     assert ctx.strategy == "whole-file"
     assert ctx.prefix + ctx.suffix == text
     lines = text.splitlines(keepends=True)
@@ -250,8 +260,8 @@ def test_a_file_that_fits_the_budget_is_sent_whole(count_tokens: Counter) -> Non
     # holds the cursor (a method of OrderBook: the class).
     assert ctx.prefix[ctx.stable_chars:].startswith("class OrderBook:\n")
     # One token short of the file: cropped instead.
-    tight = assemble_context(text, "orderbook.py", line, column, count_tokens=count_tokens, timeout_ms=2000,
-                             budget_tokens=count_tokens(text) - 1)
+    tight = assemble_context(text, "orderbook.py", line, column, count_tokens=count_tokens,
+                             options=AssemblyOptions(timeout_ms=2000, budget_tokens=count_tokens(text) - 1))
     assert tight.strategy == "ast"
 
 
@@ -266,9 +276,10 @@ def test_budget_left_after_packing_goes_to_the_lines_below(count_tokens: Counter
     line = lines.index("def step_3(value: int) -> int:\n") + 1  # inside step_3, early in the file
     column = len("    total = ")
     budget = count_tokens(text) * 6 // 10  # the file is between one and two budgets
-    kw = {"count_tokens": count_tokens, "budget_tokens": budget, "timeout_ms": 2000}
-    off = assemble_context(text, "steps.py", line, column, fill_below=False, **kw)
-    on = assemble_context(text, "steps.py", line, column, **kw)
+    options = AssemblyOptions(budget_tokens=budget, timeout_ms=2000)
+    off = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens,
+                           options=replace(options, fill_below=False))
+    on = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens, options=options)
     assert off.strategy == on.strategy == "ast"
     assert off.suffix.rstrip().endswith("return total - step_2(value)")  # the block's end
     # Filled: the suffix goes on past the block, verbatim and in file order, within the budget.
@@ -283,12 +294,13 @@ def test_budget_left_after_packing_goes_to_the_lines_below(count_tokens: Counter
         if b.kind != "below" and b.start_line >= below[0].start_line:
             assert b.end_line > below[0].end_line, b
     # A file of more than two budgets is not filled: its prompt is prefill time.
-    far = assemble_context(text, "steps.py", line, column, **{**kw, "budget_tokens": count_tokens(text) // 3})
+    far = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens,
+                           options=replace(options, budget_tokens=count_tokens(text) // 3))
     assert not any(b.kind == "below" for b in far.blocks)
 
 
 def test_a_whole_file_keeps_a_cursor_on_the_empty_line_after_the_last_newline(count_tokens: Counter) -> None:
     text = "def add(a, b):\n    return a + b\n"
-    ctx = assemble_context(text, "add.py", 2, 0, count_tokens=count_tokens, timeout_ms=2000)
+    ctx = assemble_context(text, "add.py", 2, 0, count_tokens=count_tokens, options=AssemblyOptions(timeout_ms=2000))
     assert ctx.strategy == "whole-file"
     assert (ctx.prefix, ctx.suffix) == (text, "")

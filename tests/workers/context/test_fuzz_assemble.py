@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from ctxpress.core.languages import KNOWN_LANGUAGES
 from workers.context.assemble import assemble_context
+from workers.context.options import AssemblyOptions
 from workers.context.window import baseline_window
 from workers.postprocess import clean_completion
 
@@ -37,8 +38,9 @@ def test_assembly_never_fails_on_random_source(text: str, data: st.DataObject, l
         w = baseline_window(text, line, column, count_tokens=count_tokens, window_lines=200, budget_tokens=budget)
         return w.prefix, w.suffix
 
-    ctx = assemble_context(text, f"f.{language}", line, column, count_tokens=count_tokens, budget_tokens=budget,
-                           language=language, timeout_ms=200, fallback=fallback)
+    ctx = assemble_context(text, f"f.{language}", line, column, count_tokens=count_tokens,
+                           options=AssemblyOptions(budget_tokens=budget, language=language, timeout_ms=200,
+                                                   fallback=fallback))
     assert isinstance(ctx.prefix, str) and isinstance(ctx.suffix, str)
     assert ctx.context_tokens <= budget + 8 or ctx.strategy == "window-fallback"
     # what precedes the cursor on its line is always in the prefix

@@ -8,6 +8,7 @@ from ctx_samples import CROP_ONLY
 
 from indexer.parsing import parse_text
 from workers.context.assemble import assemble_context
+from workers.context.options import AssemblyOptions
 from workers.context.similar import MAX_SNIPPETS, similar_candidates
 
 Counter = Callable[[str], int]
@@ -65,14 +66,14 @@ def test_common_words_alone_find_nothing() -> None:
 
 def test_assembled_prompt_shows_the_similar_call_and_the_feature_switches_it_off(count_tokens: Counter) -> None:
     line, column = _cursor(SOURCE)
-    on = assemble_context(SOURCE, "reflect.py", line, column, count_tokens=count_tokens, budget_tokens=400,
-                          timeout_ms=2000, **CROP_ONLY)
+    on = assemble_context(SOURCE, "reflect.py", line, column, count_tokens=count_tokens,
+                          options=AssemblyOptions(budget_tokens=400, timeout_ms=2000, **CROP_ONLY))
     assert on.strategy == "ast"
     assert "info_cache=self.info_cache," in on.prefix
     assert any(b.kind == "similar" for b in on.blocks)
     assert on.context_tokens <= 400
-    off = assemble_context(SOURCE, "reflect.py", line, column, count_tokens=count_tokens, budget_tokens=400,
-                           timeout_ms=2000, similar=False, **CROP_ONLY)
+    off = assemble_context(SOURCE, "reflect.py", line, column, count_tokens=count_tokens,
+                           options=AssemblyOptions(budget_tokens=400, timeout_ms=2000, similar=False, **CROP_ONLY))
     assert not any(b.kind == "similar" for b in off.blocks)
     assert "info_cache=self.info_cache," not in off.prefix
 

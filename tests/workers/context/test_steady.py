@@ -12,6 +12,7 @@ from indexer.symbols import extract_symbols
 from workers.context import steady
 from workers.context.assemble import assemble_context
 from workers.context.model import AssembledContext
+from workers.context.options import AssemblyOptions
 from workers.context.packing import Segment
 
 Counter = Callable[[str], int]
@@ -43,8 +44,8 @@ def _at(text: str, line: int, column: int) -> str:
 
 def _assemble(text: str, path: str, line: int, column: int, count_tokens: Counter, cache: TreeCache,
               **kw: object) -> AssembledContext:
-    return assemble_context(text, path, line, column, count_tokens=count_tokens, cache=cache, timeout_ms=5000,
-                            **{**CROP_ONLY, **kw})  # type: ignore[arg-type]
+    return assemble_context(text, path, line, column, count_tokens=count_tokens, cache=cache,
+                            options=AssemblyOptions(timeout_ms=5000, **{**CROP_ONLY, **kw}))  # type: ignore[arg-type]
 
 
 def _kept(ctx: AssembledContext) -> bool:
@@ -110,8 +111,8 @@ def test_steady_off_chooses_afresh(count_tokens: Counter) -> None:
     path, text = long_python_file()
     _start, line, _end = _method(text, path)
     cache = TreeCache()
-    _assemble(text, path, line, 0, count_tokens, cache, steady=False)
-    again = _assemble(text, path, line, 4, count_tokens, cache, steady=False)
+    _assemble(text, path, line, 0, count_tokens, cache, steady_excerpts=False)
+    again = _assemble(text, path, line, 4, count_tokens, cache, steady_excerpts=False)
     assert not _kept(again)
 
 
