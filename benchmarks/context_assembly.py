@@ -20,10 +20,12 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from workers.context.assemble import assemble_context, warm_file
+from workers.context.assemble import assemble_context
 from workers.context.line_tokens import exact_counter
 from workers.context.options import AssemblyOptions
 from workers.context.packing import memoized
+from workers.context.session import FileSession
+from workers.context.warm import warm_file
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -37,20 +39,20 @@ def _stages(per_request: list[dict[str, float]]) -> dict[str, float]:
     return {name: round(_percentile([t[name] for t in per_request if name in t], 95), 2) for name in sorted(names)}
 
 
-def _measure(path: Path, lines: int, requests: Iterable[tuple[str, int, int]], count_tokens, budget: int,  # type: ignore[no-untyped-def]
-             compression: bool = True) -> dict[str, float]:
-    """Assemble each (text, line, column) request; the timing row of one file."""
+def _measure(session: FileSession, lines: int, requests: Iterable[tuple[str, int, int]], count_tokens,  # type: ignore[no-untyped-def]
+             budget: int, compression: bool = True) -> dict[str, float]:
+    """Assemble each (text, line, column) request in the file's session; the timing row of one file."""
     times, ratios, fallbacks = [], [], 0
     stages: list[dict[str, float]] = []
     for text, line, column in requests:
-        ctx = assemble_context(text, str(path), line, column, count_tokens=count_tokens,
-                               options=AssemblyOptions(budget_tokens=budget, timeout_ms=1000.0))
+        ctx = assemble_context(text, session.path, line, column, count_tokens=count_tokens,
+                               options=AssemblyOptions(budget_tokens=budget, timeout_ms=1000.0), session=session)
         times.append(ctx.elapsed_ms)
         stages.append(ctx.timings_ms)
         fallbacks += ctx.strategy == "window-fallback"
         if ctx.context_tokens:
             ratios.append(ctx.file_tokens / ctx.context_tokens)
-    row = {"file": str(path), "lines": lines, "requests": len(times), "median_ms": statistics.median(times),
+    row = {"file": session.path, "lines": lines, "requests": len(times), "median_ms": statistics.median(times),
            "p95_ms": _percentile(times, 95), "max_ms": max(times), "fallbacks": fallbacks,
            "stage_p95_ms": _stages(stages)}
     if compression:
@@ -62,7 +64,8 @@ def bench_file(path: Path, count_tokens, requests: int, budget: int, seed: int) 
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     rng = random.Random(seed)
-    warm_file(str(path), text, count_tokens=count_tokens)
+    session = FileSession("bench", str(path))
+    warm_file(session, text, count_tokens=count_tokens)
 
     def keystrokes() -> Iterator[tuple[str, int, int]]:
         for _ in range(requests):
@@ -73,7 +76,7 @@ def bench_file(path: Path, count_tokens, requests: int, budget: int, seed: int) 
             edited = [*lines[:line], body[:column] + "x" + body[column:] + lines[line][len(body):], *lines[line + 1:]]
             yield "".join(edited), line, column + 1
 
-    return _measure(path, len(lines), keystrokes(), count_tokens, budget)
+    return _measure(session, len(lines), keystrokes(), count_tokens, budget)
 
 
 def bench_eval_cursors(path: Path, count_tokens, requests: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -83,7 +86,8 @@ def bench_eval_cursors(path: Path, count_tokens, requests: int, budget: int, see
     text = path.read_text(encoding="utf-8")
     spots = cursor_spots(path)
     rng = random.Random(seed)
-    warm_file(str(path), text, count_tokens=count_tokens)
+    session = FileSession("bench", str(path))
+    warm_file(session, text, count_tokens=count_tokens)
 
     def cursors() -> Iterator[tuple[str, int, int]]:
         for _ in range(requests):
@@ -91,7 +95,7 @@ def bench_eval_cursors(path: Path, count_tokens, requests: int, budget: int, see
             column = rng.choice(columns)
             yield cut_out(text, line, column)[0], line, column
 
-    return _measure(path, len(text.splitlines()), cursors(), count_tokens, budget)
+    return _measure(session, len(text.splitlines()), cursors(), count_tokens, budget)
 
 
 def bench_typing(path: Path, count_tokens, spots: int, chars: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -100,7 +104,8 @@ def bench_typing(path: Path, count_tokens, spots: int, chars: int, budget: int, 
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     rng = random.Random(seed)
-    warm_file(str(path), text, count_tokens=count_tokens)
+    session = FileSession("bench", str(path))
+    warm_file(session, text, count_tokens=count_tokens)
     candidates = [i for i, ln in enumerate(lines) if ln.startswith("        ") and len(ln.strip()) > 20]
 
     def keystrokes() -> Iterator[tuple[str, int, int]]:
@@ -111,7 +116,7 @@ def bench_typing(path: Path, count_tokens, spots: int, chars: int, budget: int, 
                 typed = body[:indent + n]
                 yield "".join([*lines[:line], typed + "\n", *lines[line + 1:]]), line, len(typed)
 
-    return _measure(path, len(lines), keystrokes(), count_tokens, budget, compression=False)
+    return _measure(session, len(lines), keystrokes(), count_tokens, budget, compression=False)
 
 
 def main() -> int:

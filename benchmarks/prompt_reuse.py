@@ -18,9 +18,11 @@ from pathlib import Path
 
 from indexer.parsing import common_prefix_len
 from serving.fim import fim_prompt
-from workers.context.assemble import assemble_context, warm_file
+from workers.context.assemble import assemble_context
 from workers.context.line_tokens import exact_counter
 from workers.context.packing import memoized
+from workers.context.session import FileSession
+from workers.context.warm import warm_file
 
 
 def bench_file(path: Path, count_tokens, spots: int, step: int, seed: int) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
@@ -28,7 +30,8 @@ def bench_file(path: Path, count_tokens, spots: int, step: int, seed: int) -> di
 
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
-    warm_file(str(path), text, count_tokens=count_tokens)
+    session = FileSession("bench", str(path))
+    warm_file(session, text, count_tokens=count_tokens)
     rng = random.Random(seed)
     totals: dict[str, list[int]] = {}
     candidates = cursor_spots(path)
@@ -39,7 +42,7 @@ def bench_file(path: Path, count_tokens, spots: int, step: int, seed: int) -> di
         for n in range(indent + 2, len(body) + 1, step):
             typed = body[:n]
             current = "".join([*lines[:line], typed + "\n", *lines[line + 1:]])
-            ctx = assemble_context(current, str(path), line, len(typed), count_tokens=count_tokens)
+            ctx = assemble_context(current, str(path), line, len(typed), count_tokens=count_tokens, session=session)
             cuts = {"prefix-suffix-middle": None, "line_in_middle": ctx.prefix.rfind("\n") + 1,
                     "block_in_middle": ctx.stable_chars if ctx.strategy != "window-fallback" else None}
             for name, cut in cuts.items():

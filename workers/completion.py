@@ -17,7 +17,6 @@ import os
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -51,17 +50,17 @@ from ctxpress.core.wire.v1 import (
     content_hash,
 )
 from indexer.embeddings import AsyncTritonEmbedder
-from indexer.parsing import TREE_CACHE
 from indexer.symbols import warm_up
 from serving.fim import FIM_PREFIX, FIM_SUFFIX, STOP_WORDS, fim_markers, fim_prompt
 from serving.triton_client import TritonCompletionClient
 from workers import metrics
-from workers.context import steady
-from workers.context.assemble import assemble_context, warm_file
+from workers.context.assemble import assemble_context
 from workers.context.line_tokens import exact_counter
 from workers.context.options import AssemblyOptions
 from workers.context.packing import memo_sizes, memoized
-from workers.context.retrieval import RenderedChunk, Retrieval, Retriever, render_retrieved
+from workers.context.retrieval import Retrieval, Retriever, render_retrieved
+from workers.context.session import FileSessions, HeldChunks
+from workers.context.warm import warm_file
 from workers.context.window import (
     MAX_LINE_CHARS,
     Window,
@@ -122,10 +121,6 @@ class Prepared:
 # counted: the shared tokenizer would be held for seconds by a figure nobody waits for.
 EXACT_FILE_TOKENS_CHARS = 256 * 1024
 
-# Files whose cross-file chunks are kept for the next keystroke in the same block.
-HELD_CHUNK_FILES = 64
-
-
 class CompletionService:
     def __init__(
         self,
@@ -147,10 +142,8 @@ class CompletionService:
         self.files = FileStore()
         self._file_tokens_cache: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()  # pre-warm tasks (kept referenced)
-        # (repository, path) -> the enclosing block the chunks were placed before, their text, pieces
-        self._held_chunks: OrderedDict[tuple[str, str], tuple[tuple[str, int], str, list[RenderedChunk]]] = \
-            OrderedDict()
-        self._held_chunks_lock = threading.Lock()  # _add_retrieved runs in executor threads
+        # per (repository, path): its parsed versions, steady excerpts and held cross-file chunks
+        self.sessions = FileSessions()
         # Work no live request waits for (warming an opened file, counting a whole file for the
         # report) runs on one thread at the lowest CPU priority: on the embedded appliance it
         # shares two cores with the engine, and at normal priority it slowed the prompt it ran
@@ -165,11 +158,8 @@ class CompletionService:
     def cache_entries(self) -> dict[str, int]:
         """The size of every per-file and per-request structure the worker keeps (each one bounded)."""
         memo_entries, memo_chars = memo_sizes()
-        with self._held_chunks_lock:
-            held_chunks = len(self._held_chunks)
         return {"file_store_files": len(self.files), "file_store_chars": self.files.chars,
-                "tree_cache_files": len(TREE_CACHE), "steady_excerpt_files": steady.held_files(),
-                "held_chunk_files": held_chunks, "file_token_counts": len(self._file_tokens_cache),
+                **self.sessions.counts(), "file_token_counts": len(self._file_tokens_cache),
                 "token_memo_entries": memo_entries, "token_memo_chars": memo_chars,
                 "requests_in_flight": len(self._inflight), "cancel_marks": len(self._cancelled_by_caller)}
 
@@ -304,8 +294,8 @@ class CompletionService:
             return json.dumps({"ok": False, "reason": "long lines: completions there use the window"}).encode()
         try:
             warm_ms = await loop.run_in_executor(
-                self._low_priority, functools.partial(warm_file, event.path, event.text, event.language,
-                                        count_tokens=self.count_tokens))
+                self._low_priority, functools.partial(warm_file, self.sessions.get(event.repository, event.path),
+                                                      event.text, event.language, count_tokens=self.count_tokens))
         except Exception as exc:  # warming is optional: the first completion will parse instead
             log.exception("warming %s failed", event.path)
             return json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()
@@ -427,7 +417,7 @@ class CompletionService:
             enabled, budget_tokens=budget, timeout_ms=self.settings.assembly_timeout_ms, language=request.language,
             recent_edit_lines=request.recent_edits or (), fallback=fallback)
         ctx = assemble_context(text, request.path, request.line, request.column, count_tokens=self.count_tokens,
-                               options=options)
+                               options=options, session=self.sessions.get(request.repository, request.path))
         report = ContextReport(
             strategy=ctx.strategy,
             sources=sorted({b.kind for b in ctx.blocks}) or ["window"],
@@ -449,7 +439,8 @@ class CompletionService:
     async def _retrieve(self, request: CompletionRequest, text: str, caller: Caller) -> Retrieval:
         assert self.retriever is not None
         return await self.retriever.retrieve(repositories=list(caller.repositories), path=request.path, text=text,
-                                             line=request.line, language=request.language)
+                                             line=request.line, language=request.language,
+                                             trees=self.sessions.get(request.repository, request.path).trees)
 
     def _add_retrieved(self, prepared: Prepared, retrieval: Retrieval, request: CompletionRequest) -> None:
         """Other files' chunks go between the in-file excerpts and the enclosing block (which
@@ -466,24 +457,20 @@ class CompletionService:
             metrics.DEGRADED.labels("retrieval", r.skipped).inc()
             log.info(json.dumps({"event": "degraded", "part": "retrieval", "why": r.skipped}))
         room = (report.budget_tokens or 0) - report.context_tokens
-        key = (request.repository, request.path)
+        session = self.sessions.get(request.repository, request.path)
         block = (report.blocks[0].name, report.blocks[0].start_line) if report.blocks else ("", -1)
-        with self._held_chunks_lock:
-            held = self._held_chunks.pop(key, None)
-        kept = (prepared.steady and held is not None and held[0] == block
-                and sum(piece.tokens for piece in held[2]) <= room)
+        held = session.take_chunks()
+        kept = (prepared.steady and held is not None and held.block == block
+                and sum(piece.tokens for piece in held.pieces) <= room)
         if held is not None and kept:
-            _block, text, rendered = held
+            text, rendered = held.text, held.pieces
         else:
             if not retrieval.chunks or room <= 0:
                 return
             text, rendered = render_retrieved(retrieval.chunks, room, self.count_tokens, prepared.language)
             if not rendered:
                 return
-        with self._held_chunks_lock:
-            self._held_chunks[key] = (block, text, rendered)
-            while len(self._held_chunks) > HELD_CHUNK_FILES:
-                self._held_chunks.popitem(last=False)
+        session.hold_chunks(HeldChunks(block, text, rendered))
         note = "; kept while typing in the same block" if kept else ""
         at = prepared.stable_chars
         prepared.prefix = prepared.prefix[:at] + text + prepared.prefix[at:]

@@ -59,3 +59,16 @@ def test_kept_chunks_that_no_longer_fit_are_chosen_afresh() -> None:
     tight = _prepared("def f(x):\n    y", steady=True, budget=104)  # 4 tokens of room left
     service._add_retrieved(tight, Retrieval([], RetrievalReport()), REQUEST)
     assert "def alpha" not in tight.prefix and tight.report.context_tokens == 100
+
+
+def test_chunks_are_held_per_repository_and_counted() -> None:
+    service = _service()
+    service._add_retrieved(_prepared("def f(x):\n    ", steady=False), Retrieval([_chunk("alpha")], RetrievalReport()),
+                           REQUEST)
+    # the same path in another repository, typed in the same block: its own chunks, not the first one's
+    fork = _prepared("def f(x):\n    y", steady=True)
+    service._add_retrieved(fork, Retrieval([_chunk("beta")], RetrievalReport()),
+                           REQUEST.model_copy(update={"repository": "fork"}))
+    assert "def beta" in fork.prefix and "def alpha" not in fork.prefix
+    entries = service.cache_entries()
+    assert entries["held_chunk_files"] == entries["file_sessions"] == 2

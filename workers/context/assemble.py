@@ -23,16 +23,15 @@ from dataclasses import dataclass, field, replace
 
 from ctxpress.core.languages import normalize_language
 from ctxpress.core.wire.v1 import wire_lines
-from indexer.parsing import TREE_CACHE, ParsedFile, TreeCache, detect_language, is_supported
+from indexer.parsing import ParsedFile, detect_language, is_supported
 from indexer.summaries import elision_marker
 from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols
 from workers.context import steady
 from workers.context.below import fill_below
-from workers.context.blocks import summary_piece
 from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
 from workers.context.imports import import_candidates
-from workers.context.line_tokens import LineRangeTokens, exact_counter, line_range_estimator, warm_line_counts
+from workers.context.line_tokens import LineRangeTokens, exact_counter, line_range_estimator
 from workers.context.model import AssembledContext, ContextBlock
 from workers.context.nearby import nearby_candidates
 from workers.context.neighbours import neighbour_candidates
@@ -52,7 +51,8 @@ from workers.context.packing import (
 )
 from workers.context.recent_edits import recent_edit_candidates
 from workers.context.references import referenced_candidates
-from workers.context.similar import index_words, similar_candidates
+from workers.context.session import FileSession
+from workers.context.similar import similar_candidates
 from workers.context.whole_file import whole_file_context
 from workers.context.window import baseline_window, clamp_cursor
 
@@ -178,9 +178,10 @@ def assemble_context(
     *,
     count_tokens: TokenCounter,
     options: AssemblyOptions = DEFAULT_OPTIONS,
-    cache: TreeCache | None = None,
+    session: FileSession | None = None,
 ) -> AssembledContext:
-    """Assemble the in-file context for a cursor at 0-based (line, column) of ``text``."""
+    """Assemble the in-file context for a cursor at 0-based (line, column) of ``text``. ``session``: the
+    file's (its parsed versions and held excerpts are used and updated); None: a session of this call only."""
     t0 = time.perf_counter()
     # The timeout is on the assembly's own CPU time, not wall time: on the embedded appliance the
     # CPU engine shares the cores, and a thread that waits for a core has done no work worth
@@ -204,7 +205,7 @@ def assemble_context(
             return whole
     try:
         result = _assemble(text, path, lang, line, column, count_tokens, options, _Clock(deadline),
-                           cache if cache is not None else TREE_CACHE)
+                           session if session is not None else FileSession("", path))
     except _Timeout:
         return _fallback(text, line, column, count_tokens, options, t0, "timeout",
                          f"assembly exceeded {options.timeout_ms:g} ms", base)
@@ -254,12 +255,12 @@ def _fallback(
 
 def _assemble(
     text: str, path: str, lang: str, line: int, column: int, count_tokens: TokenCounter, options: AssemblyOptions,
-    clock: _Clock, cache: TreeCache,
+    clock: _Clock, session: FileSession,
 ) -> AssembledContext:
     # The cursor line is parsed blank: half-typed code there (an open bracket, an unclosed
     # string) makes tree-sitter's error recovery re-parse and mangle the rest of the file; the
     # line itself is rendered from the real text, and its identifiers are read from that text.
-    parsed = cache.get(path, text, lang, blank_line=line)
+    parsed = session.trees.get(path, text, lang, blank_line=line)
     clock.check("parse")
     line = max(0, min(line, parsed.line_count - 1))
     table = cheap_symbols(parsed) or extract_symbols(parsed)
@@ -270,10 +271,10 @@ def _assemble(
     a = _Assembly(text, path, lang, line, column, options, parsed, table, count_tokens, clock)
     # what the held excerpts were chosen with: any change chooses afresh
     steady_options = (lang, a.budget, options.summaries, options.nearby_first, options.similar, options.fill_below)
-    kept = (steady.lookup(cache, path, text, steady_options, options.recent_edit_lines)
+    kept = (steady.lookup(session.steady, text, steady_options, options.recent_edit_lines)
             if options.steady_excerpts else None)
     if kept is not None:
-        held = _steady(a, cache, kept)
+        held = _steady(a, session, kept)
         clock.check("steady")
         if held is not None:
             return held
@@ -293,13 +294,13 @@ def _assemble(
                for c in sorted(packed.dropped, key=lambda c: c.priority)]
     if options.steady_excerpts and enc.symbol is not None and below is None:
         block_end = max(enc.end_line, line)
-        steady.remember(cache, path, steady.Held(
+        session.steady = steady.Held(
             text=text, options=steady_options, block_name=enc.name, block_start=enc.start_line, block_end=block_end,
             excerpt_text=rendered.excerpt_text, segments=rendered.segments, above=rendered.above, blocks=blocks[1:],
             dropped=dropped, outside_edits=frozenset(r for r in options.recent_edit_lines
-                                                     if not (enc.start_line <= r[0] and r[1] <= block_end))))
+                                                     if not (enc.start_line <= r[0] and r[1] <= block_end)))
     elif options.steady_excerpts:
-        steady.forget(cache, path)
+        session.steady = None
     return AssembledContext(
         prefix=rendered.prefix, suffix=rendered.suffix, blocks=blocks, dropped=dropped, strategy="ast",
         fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0, timings_ms=clock.timings,
@@ -393,7 +394,7 @@ def _second_chance(a: _Assembly, packed: _Packed) -> None:
             cand.chosen = None
 
 
-def _steady(a: _Assembly, cache: TreeCache, kept: steady.Kept) -> AssembledContext | None:
+def _steady(a: _Assembly, session: FileSession, kept: steady.Kept) -> AssembledContext | None:
     """The held excerpts, then the enclosing block rendered afresh; None when the cursor left the
     block they were chosen for, or the block alone no longer fits beside any of them."""
     held = kept.held
@@ -424,47 +425,15 @@ def _steady(a: _Assembly, cache: TreeCache, kept: steady.Kept) -> AssembledConte
             blocks.append(moved)
         else:
             dropped.append(replace(moved, reason=f"cut while typing: the enclosing block grew ({moved.reason})"))
-    steady.remember(cache, a.path, replace(
+    session.steady = replace(
         held, text=a.text, block_end=max(enc.end_line, a.line, held.block_end + kept.delta),
-        excerpt_text=excerpt_text, segments=segments, above=above, blocks=blocks, dropped=dropped))
+        excerpt_text=excerpt_text, segments=segments, above=above, blocks=blocks, dropped=dropped)
     return AssembledContext(
         prefix=prefix, suffix=enc.suffix,
         blocks=[enc.block(), *(replace(b, reason=f"{b.reason}; {steady.NOTE}") for b in blocks)],
         dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
         timings_ms=a.clock.timings, stable_chars=len(excerpt_text), steady=True,
     )
-
-
-def warm_file(
-    path: str, text: str, language: str | None = None, cache: TreeCache | None = None,
-    count_tokens: TokenCounter | None = None,
-) -> float:
-    """Parse ``text``, build its symbol table and count its lines now (an IDE opened the file), so
-    the first completion in it pays only for an incremental re-parse. Returns milliseconds spent."""
-    t0 = time.perf_counter()
-    lang = normalize_language(language) if language else detect_language(path, text)
-    if is_supported(lang):
-        assert lang is not None
-        parsed = (cache if cache is not None else TREE_CACHE).get(path, text, lang)
-        table = extract_symbols(parsed)
-        index_words(parsed)
-        if count_tokens is not None:
-            counter = memoized(count_tokens)
-            warm_line_counts(parsed, counter)
-            # Every block's summary, counted now, is a memo hit in the first request's packing;
-            # so is every segment of the file (a line with the blank lines after it), of which
-            # the rendered prompt is made.
-            exact = exact_counter(counter)
-            exact(text)
-            for group in import_candidates(table, set(), set()):
-                for piece in group.forms[0].pieces:
-                    exact(piece.text)
-            for sym in table.symbols:
-                piece = summary_piece(parsed, sym)
-                exact(piece.text)
-                if piece.open_text is not None:
-                    exact(piece.open_text)
-    return (time.perf_counter() - t0) * 1000.0
 
 
 def _drop_summary_forms(candidate: Candidate) -> bool:

@@ -40,7 +40,7 @@ from db.chunks import CoarseFiles, SearchHit, coarse_files, search_chunks
 from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys
 from indexer.embeddings import AsyncTritonEmbedder
-from indexer.parsing import LINE_COMMENT, TREE_CACHE, detect_language, is_supported
+from indexer.parsing import LINE_COMMENT, TreeCache, detect_language, is_supported
 from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols, line_references, references_in_range
 
 log = logging.getLogger("ctxpress.context.retrieval")
@@ -107,8 +107,9 @@ class QueryPlan:
 
 
 def plan_query(path: str, text: str, line: int, language: str | None,
-               in_context_names: Collection[str] | None = None) -> QueryPlan:
-    """The query text, the identifiers near the cursor and which of them the file leaves unresolved."""
+               in_context_names: Collection[str] | None = None, trees: TreeCache | None = None) -> QueryPlan:
+    """The query text, the identifiers near the cursor and which of them the file leaves unresolved.
+    ``trees``: the file's parsed versions (its session's), None: parsed for this query alone."""
     lines = wire_lines(text)
     line = max(0, min(line, max(len(lines) - 1, 0)))
     window = "\n".join(lines[max(0, line - QUERY_LINES_BEFORE) : line + QUERY_LINES_AFTER + 1])
@@ -118,7 +119,7 @@ def plan_query(path: str, text: str, line: int, language: str | None,
         return QueryPlan(f"{path}\n{window}", words, words, [], [])
     assert language is not None
     # The same version (cursor line parsed blank) as in-file assembly asks for at the same time.
-    parsed = TREE_CACHE.get(path, text, language, blank_line=line)
+    parsed = (trees if trees is not None else TreeCache()).get(path, text, language, blank_line=line)
     table: FileSymbols = cheap_symbols(parsed) or extract_symbols(parsed)
     start = parsed.line_byte(max(0, line - QUERY_LINES_BEFORE))
     end = parsed.line_end_byte(min(parsed.line_count - 1, line + QUERY_LINES_AFTER))
@@ -194,15 +195,17 @@ class Retriever:
         language: str | None = None,
         in_context_names: Collection[str] | None = None,
         top_k: int | None = None,
+        trees: TreeCache | None = None,
     ) -> Retrieval:
-        """Ranked chunks from other files of ``repositories`` (the ones the caller may read)."""
+        """Ranked chunks from other files of ``repositories`` (the ones the caller may read). ``trees``: the
+        cursor file's parsed versions, shared with its in-file assembly (see plan_query)."""
         started = time.perf_counter()
         report = RetrievalReport()
         k = top_k or self.top_k
         if not repositories:
             return self._skip(report, started, "no-repository", "no readable repository")
         loop = asyncio.get_running_loop()
-        plan = await loop.run_in_executor(None, plan_query, path, text, line, language, in_context_names)
+        plan = await loop.run_in_executor(None, plan_query, path, text, line, language, in_context_names, trees)
         report.identifiers, report.unresolved = plan.identifiers, plan.unresolved
         report.threshold = adaptive_threshold(self.min_similarity, plan.identifiers, plan.unresolved)
         t = time.perf_counter()

@@ -14,13 +14,11 @@ When the block grows past the budget, excerpts are cut from the end of their tex
 nearest the block, then lines of the last excerpt), which keeps the head intact. Markers inside
 the kept text name the lines as they were when the excerpts were chosen; the report's line ranges
 are the current ones. A move to another block, an edit outside the block, other options or
-another budget: the excerpts are chosen afresh.
+another budget: the excerpts are chosen afresh. Each file's are held in its session (session.py).
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -29,8 +27,6 @@ from indexer.parsing import diff_region
 from workers.context.model import ContextBlock
 from workers.context.packing import Segment, TokenCounter
 
-# Files whose excerpts are held (one entry per file, the most recently used kept).
-MAX_FILES = 64
 # Cutting lines of the last excerpt stops here; below this many lines it goes whole.
 MIN_LINES_LEFT = 2
 NOTE = "kept while typing in the same block"
@@ -65,36 +61,10 @@ class Kept:
     delta: int  # lines added (+) or removed (-) by the change
 
 
-_HELD: OrderedDict[tuple[int, str], Held] = OrderedDict()
-_LOCK = threading.Lock()
-
-
-def remember(owner: object, path: str, held: Held) -> None:
-    """``owner``: the tree cache the assembly used (tests keep separate ones)."""
-    key = (id(owner), path)
-    with _LOCK:
-        _HELD[key] = held
-        _HELD.move_to_end(key)
-        while len(_HELD) > MAX_FILES:
-            _HELD.popitem(last=False)
-
-
-def held_files() -> int:
-    with _LOCK:
-        return len(_HELD)
-
-
-def forget(owner: object, path: str) -> None:
-    with _LOCK:
-        _HELD.pop((id(owner), path), None)
-
-
-def lookup(owner: object, path: str, text: str, options: tuple[object, ...],
+def lookup(held: Held | None, text: str, options: tuple[object, ...],
            recent_edit_lines: Sequence[tuple[int, int]] = ()) -> Kept | None:
-    """The held excerpts of ``path`` if ``text`` differs from their version only inside their
-    block (and they were chosen with the same options), else None."""
-    with _LOCK:
-        held = _HELD.get((id(owner), path))
+    """The excerpts ``held`` for the file (its session's) if ``text`` differs from their version only
+    inside their block (and they were chosen with the same options), else None."""
     if held is None or held.options != options:
         return None
     old = held.text

@@ -11,11 +11,11 @@ import pytest
 from ctx_samples import CROP_ONLY, PYTHON, split_cursor
 from longfile import long_python_file
 
-from indexer.parsing import TreeCache
 from workers.context.assemble import FALLBACK_COUNTS, assemble_context
 from workers.context.cli import explain
 from workers.context.model import AssembledContext
 from workers.context.options import AssemblyOptions
+from workers.context.session import FileSession
 
 Counter = Callable[[str], int]
 
@@ -150,16 +150,16 @@ def test_long_file_compression_and_assembly_time(count_tokens: Counter) -> None:
     """A 2,000+ line file cropped at budget 1024: ~10:1 or better, assembled fast while typing."""
     path, text = long_python_file()
     lines = text.splitlines(keepends=True)
-    cache = TreeCache()
+    session = FileSession("r", path)
     times, ratios = [], []
     for line in range(150, len(lines) - 50, max(1, len(lines) // 25)):
-        assemble_context(text, path, line, 0, count_tokens=count_tokens, cache=cache,
+        assemble_context(text, path, line, 0, count_tokens=count_tokens, session=session,
                          options=AssemblyOptions(timeout_ms=5000, **CROP_ONLY))
         content = lines[line].rstrip("\n")
         indent = len(content) - len(content.lstrip())
         typed = list(lines)
         typed[line] = lines[line][:indent] + "x" + lines[line][indent:]  # one keystroke
-        ctx = assemble_context("".join(typed), path, line, indent + 1, count_tokens=count_tokens, cache=cache,
+        ctx = assemble_context("".join(typed), path, line, indent + 1, count_tokens=count_tokens, session=session,
                                options=AssemblyOptions(timeout_ms=5000, exact_file_tokens=True, **CROP_ONLY))
         assert ctx.strategy == "ast"
         times.append(ctx.elapsed_ms - ctx.timings_ms.get("file_tokens", 0.0))
@@ -167,7 +167,7 @@ def test_long_file_compression_and_assembly_time(count_tokens: Counter) -> None:
     assert statistics.median(ratios) >= 10.0
     # Generous bound for slow CI machines; the measured figure on a dev machine is ~11 ms for 5,600 lines.
     assert statistics.median(times) < 200.0
-    assert cache.incremental_parses >= len(times)
+    assert session.trees.incremental_parses >= len(times)
 
 
 def test_unsupported_language_falls_back_and_is_counted(count_tokens: Counter) -> None:

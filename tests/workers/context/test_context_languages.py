@@ -10,6 +10,7 @@ from ctx_samples import CROP_ONLY, EXPECTED, SAMPLES, split_cursor
 
 from workers.context.assemble import assemble_context
 from workers.context.options import AssemblyOptions
+from workers.context.session import FileSession
 
 
 @pytest.mark.parametrize("language", sorted(SAMPLES))
@@ -63,17 +64,16 @@ def test_tight_budget_keeps_helper_before_unreferenced(language: str, count_toke
 
 @pytest.mark.parametrize("language", sorted(SAMPLES))
 def test_typing_at_the_cursor_keeps_the_excerpts(language: str, count_tokens: Callable[[str], int]) -> None:
-    from indexer.parsing import TreeCache
     from workers.context.steady import NOTE
 
     filename, marked = SAMPLES[language]
     text, line, column = split_cursor(marked)
-    cache = TreeCache()
-    first = assemble_context(text, filename, line, column, count_tokens=count_tokens, cache=cache,
+    session = FileSession("r", filename)
+    first = assemble_context(text, filename, line, column, count_tokens=count_tokens, session=session,
                              options=AssemblyOptions(budget_tokens=300, timeout_ms=2000, **CROP_ONLY))
     lines = text.splitlines(keepends=True)
     lines[line] = lines[line][:column] + "val" + lines[line][column:]
-    typed = assemble_context("".join(lines), filename, line, column + 3, count_tokens=count_tokens, cache=cache,
+    typed = assemble_context("".join(lines), filename, line, column + 3, count_tokens=count_tokens, session=session,
                              options=AssemblyOptions(budget_tokens=300, timeout_ms=2000, **CROP_ONLY))
     assert typed.strategy == "ast" and typed.blocks[0].name == first.blocks[0].name
     assert typed.prefix.startswith(first.prefix[:first.stable_chars]) and typed.prefix.endswith("val")

@@ -7,13 +7,14 @@ from collections.abc import Callable
 from ctx_samples import CROP_ONLY
 from longfile import long_python_file
 
-from indexer.parsing import TreeCache, parse_text
+from indexer.parsing import parse_text
 from indexer.symbols import extract_symbols
 from workers.context import steady
 from workers.context.assemble import assemble_context
 from workers.context.model import AssembledContext
 from workers.context.options import AssemblyOptions
 from workers.context.packing import Segment
+from workers.context.session import FileSession
 
 Counter = Callable[[str], int]
 
@@ -42,9 +43,9 @@ def _at(text: str, line: int, column: int) -> str:
     return "".join(lines)
 
 
-def _assemble(text: str, path: str, line: int, column: int, count_tokens: Counter, cache: TreeCache,
+def _assemble(text: str, path: str, line: int, column: int, count_tokens: Counter, session: FileSession,
               **kw: object) -> AssembledContext:
-    return assemble_context(text, path, line, column, count_tokens=count_tokens, cache=cache,
+    return assemble_context(text, path, line, column, count_tokens=count_tokens, session=session,
                             options=AssemblyOptions(timeout_ms=5000, **{**CROP_ONLY, **kw}))  # type: ignore[arg-type]
 
 
@@ -61,10 +62,10 @@ def test_typing_on_in_a_block_keeps_the_excerpts_and_renders_the_block_afresh(co
     start, line, _end = _method(text, path)
     full = text.splitlines(keepends=True)[line].rstrip("\n")
     indent = len(full) - len(full.lstrip())
-    cache = TreeCache()
-    first = _assemble(_at(text, line, indent + 2), path, line, indent + 2, count_tokens, cache)
+    session = FileSession("r", path)
+    first = _assemble(_at(text, line, indent + 2), path, line, indent + 2, count_tokens, session)
     assert first.strategy == "ast" and not _kept(first)
-    later = _assemble(_at(text, line, len(full)), path, line, len(full), count_tokens, cache)
+    later = _assemble(_at(text, line, len(full)), path, line, len(full), count_tokens, session)
     assert _kept(later)
     excerpts = first.prefix[:first.stable_chars]
     assert later.prefix.startswith(excerpts) and later.stable_chars == first.stable_chars
@@ -81,11 +82,11 @@ def test_a_new_line_in_the_block_moves_the_report_of_excerpts_below_it(count_tok
     path, text = long_python_file()
     _start, line, _end = _method(text, path)
     lines = text.splitlines(keepends=True)
-    cache = TreeCache()
-    first = _assemble(text, path, line, 0, count_tokens, cache)
+    session = FileSession("r", path)
+    first = _assemble(text, path, line, 0, count_tokens, session)
     indent = lines[line][: len(lines[line]) - len(lines[line].lstrip())]
     typed = "".join([*lines[:line], indent + "value = 1\n", *lines[line:]])
-    later = _assemble(typed, path, line + 1, 0, count_tokens, cache)
+    later = _assemble(typed, path, line + 1, 0, count_tokens, session)
     assert _kept(later)
     assert later.prefix.startswith(first.prefix[:first.stable_chars])
     for before, after in zip(first.blocks[1:], later.blocks[1:], strict=True):
@@ -95,24 +96,24 @@ def test_a_new_line_in_the_block_moves_the_report_of_excerpts_below_it(count_tok
 def test_an_edit_outside_the_block_or_another_block_chooses_afresh(count_tokens: Counter) -> None:
     path, text = long_python_file()
     _start, line, end = _method(text, path)
-    cache = TreeCache()
-    _assemble(text, path, line, 0, count_tokens, cache)
+    session = FileSession("r", path)
+    _assemble(text, path, line, 0, count_tokens, session)
     lines = text.splitlines(keepends=True)
     edited = "".join(["# a comment added at the top\n", *lines])
-    moved = _assemble(edited, path, line + 1, 0, count_tokens, cache)
+    moved = _assemble(edited, path, line + 1, 0, count_tokens, session)
     assert not _kept(moved)
     # back to the edited version's block, then to a line far below it: another block
-    _assemble(edited, path, line + 1, 0, count_tokens, cache)
-    elsewhere = _assemble(edited, path, end + 200, 0, count_tokens, cache)
+    _assemble(edited, path, line + 1, 0, count_tokens, session)
+    elsewhere = _assemble(edited, path, end + 200, 0, count_tokens, session)
     assert not _kept(elsewhere)
 
 
 def test_steady_off_chooses_afresh(count_tokens: Counter) -> None:
     path, text = long_python_file()
     _start, line, _end = _method(text, path)
-    cache = TreeCache()
-    _assemble(text, path, line, 0, count_tokens, cache, steady_excerpts=False)
-    again = _assemble(text, path, line, 4, count_tokens, cache, steady_excerpts=False)
+    session = FileSession("r", path)
+    _assemble(text, path, line, 0, count_tokens, session, steady_excerpts=False)
+    again = _assemble(text, path, line, 4, count_tokens, session, steady_excerpts=False)
     assert not _kept(again)
 
 
@@ -121,14 +122,14 @@ def test_a_growing_block_cuts_excerpts_from_their_end_within_the_budget(count_to
     _start, line, _end = _method(text, path)
     lines = text.splitlines(keepends=True)
     indent = lines[line][: len(lines[line]) - len(lines[line].lstrip())]
-    cache = TreeCache()
+    session = FileSession("r", path)
     budget = 600
-    previous = _assemble(text, path, line, 0, count_tokens, cache, budget_tokens=budget)
+    previous = _assemble(text, path, line, 0, count_tokens, session, budget_tokens=budget)
     cuts = 0
     for n in range(1, 16):  # a line of code typed at a time into the block
         added = [f"{indent}value_{i} = compute_something(value_{i - 1}, factor={i})\n" for i in range(n)]
         typed = "".join(lines[:line] + added + lines[line:])
-        ctx = _assemble(typed, path, line + n, 0, count_tokens, cache, budget_tokens=budget)
+        ctx = _assemble(typed, path, line + n, 0, count_tokens, session, budget_tokens=budget)
         assert _real(ctx, count_tokens) == ctx.context_tokens <= budget
         if not _kept(ctx) and ctx.stable_chars == 0:
             break  # nothing left to keep: the block alone fills the budget
@@ -145,17 +146,14 @@ def test_lookup_finds_the_changed_lines_and_the_shift() -> None:
     held = steady.Held(text=old, options=("python",), block_name="f", block_start=5, block_end=10,
                        excerpt_text="x\n", segments=[Segment(0, 15, 16, True)], above=-1, blocks=[], dropped=[],
                        outside_edits=frozenset())
-    owner = object()
-    steady.remember(owner, "a.py", held)
     new = old.replace("line 7\n", "line 7\nadded\nadded\n")
-    kept = steady.lookup(owner, "a.py", new, ("python",))
+    kept = steady.lookup(held, new, ("python",))
     assert kept is not None and kept.delta == 2 and kept.edit_first == 8  # inserted before line 8
     assert steady.shift(15, kept) == 17 and steady.shift(3, kept) == 3
-    assert steady.lookup(owner, "a.py", new, ("go",)) is None  # other options
-    assert steady.lookup(owner, "a.py", old.replace("line 2\n", "line two\n"), ("python",)) is None
-    assert steady.lookup(owner, "a.py", old.replace("line 15\n", "changed\n"), ("python",)) is None
-    steady.forget(owner, "a.py")
-    assert steady.lookup(owner, "a.py", new, ("python",)) is None
+    assert steady.lookup(held, new, ("go",)) is None  # other options
+    assert steady.lookup(held, old.replace("line 2\n", "line two\n"), ("python",)) is None
+    assert steady.lookup(held, old.replace("line 15\n", "changed\n"), ("python",)) is None
+    assert steady.lookup(None, new, ("python",)) is None  # nothing held (or forgotten)
 
 
 def test_trim_cuts_whole_segments_then_lines_of_a_verbatim_one() -> None:
