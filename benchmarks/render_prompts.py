@@ -23,7 +23,7 @@ from ctxpress.evaluation.bench import BenchConfig, third_party_root, typing_plan
 from ctxpress.evaluation.cases import cut_out, make_cases
 from ctxpress.evaluation.progress import Progress
 from serving.fim import fim_markers, fim_prompt
-from workers.completion import CompletionService, _middle_from, load_tokenizer
+from workers.completion.service import CompletionService, _middle_from, load_tokenizer
 
 LONG_CASES = 100
 LONG_SEED = 1

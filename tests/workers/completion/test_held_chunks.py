@@ -5,7 +5,7 @@ from __future__ import annotations
 from ctxpress.core.features import resolve
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import BlockReport, CompletionRequest, ContextReport
-from workers.completion import CompletionService, Prepared
+from workers.completion.service import CompletionService, Prepared
 from workers.context.retrieval import Retrieval, RetrievalReport, RetrievedChunk
 
 EXCERPTS = "import os\n\ndef helper(x):\n    ...\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ctxpress.core.features import resolve
 from ctxpress.core.wire.v1 import CompletionRequest, ContextReport
-from workers.completion import Prepared, _middle_from
+from workers.completion.service import Prepared, _middle_from
 
 EXCERPTS = "import os\n\ndef helper(x):\n    ...\n"
 BLOCK = "def f(x):\n    y = helper(x)\n    return y.fo"

@@ -1,6 +1,6 @@
 """The completion worker: ``ctxpress.v1.complete`` over NATS request-reply.
 
-Run several (``python -m workers.completion``); they share one queue group, so NATS
+Run several (``python -m workers.completion``, see __main__.py); they share one queue group, so NATS
 spreads requests among them. Every request gets exactly one reply: a completion, or a
 structured error. CPU work (tokenizing, windowing) runs in an executor so the event
 loop keeps answering while a request is being assembled.

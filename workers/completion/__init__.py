@@ -1,0 +1,1 @@
+"""The completion worker: ``ctxpress.v1.complete`` over NATS request-reply (``python -m workers.completion``)."""
