@@ -23,7 +23,9 @@ from ctxpress.evaluation.bench import BenchConfig, third_party_root, typing_plan
 from ctxpress.evaluation.cases import cut_out, make_cases
 from ctxpress.evaluation.progress import Progress
 from serving.fim import fim_markers, fim_prompt
-from workers.completion.service import CompletionService, _middle_from, load_tokenizer
+from workers.completion import prompt as layout
+from workers.completion.service import CompletionService
+from workers.completion.worker import load_tokenizer
 
 LONG_CASES = 100
 LONG_SEED = 1
@@ -32,9 +34,10 @@ TYPING_PAUSES = 20
 
 
 def _prompt(service: CompletionService, request: CompletionRequest) -> dict[str, object]:
-    prepared = service._prepare(request, request.text or "", hashlib.sha256((request.text or "").encode()).hexdigest())
+    prepared = service.context.prepare(request, request.text or "",
+                                       hashlib.sha256((request.text or "").encode()).hexdigest())
     suffix_first = prepared.features.get("suffix_first", False)
-    middle_from = _middle_from(request, prepared)
+    middle_from = layout.middle_from(request, prepared)
     prompt = fim_prompt(prepared.prefix, prepared.suffix, suffix_first=suffix_first, middle_from=middle_from)
     markers = fim_markers(prepared.prefix, prepared.suffix, suffix_first=suffix_first, middle_from=middle_from)
     return {"path": request.path, "line": request.line, "column": request.column,

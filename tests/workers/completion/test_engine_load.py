@@ -7,7 +7,7 @@ from contextlib import nullcontext
 
 import pytest
 
-from workers.completion.service import EngineLoad
+from workers.completion.engine_load import EngineLoad
 
 
 def _ended(load: EngineLoad, seconds: float, fail: bool) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ctxpress.core.features import resolve
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import BlockReport, CompletionRequest, ContextReport
-from workers.completion.service import CompletionService, Prepared
+from workers.completion.context import Prepared
+from workers.completion.service import CompletionService
 from workers.context.retrieval import Retrieval, RetrievalReport, RetrievedChunk
 
 EXCERPTS = "import os\n\ndef helper(x):\n    ...\n"
@@ -38,36 +39,36 @@ REQUEST = CompletionRequest(repository="r", path="m.py", text="x", line=0, colum
 def test_chunks_stay_while_typing_in_the_same_block_and_change_elsewhere() -> None:
     service = _service()
     first = _prepared("def f(x):\n    y = ", steady=False)
-    service._add_retrieved(first, Retrieval([_chunk("alpha")], RetrievalReport()), REQUEST)
+    service.chunks.add(first, Retrieval([_chunk("alpha")], RetrievalReport()), REQUEST)
     assert "def alpha" in first.prefix and first.prefix.startswith(EXCERPTS)
     # the next keystroke: the excerpts were kept, a fresh query found another chunk
     typed = _prepared("def f(x):\n    y = he", steady=True)
-    service._add_retrieved(typed, Retrieval([_chunk("beta")], RetrievalReport()), REQUEST)
+    service.chunks.add(typed, Retrieval([_chunk("beta")], RetrievalReport()), REQUEST)
     assert "def alpha" in typed.prefix and "def beta" not in typed.prefix
     assert typed.prefix[:len(first.prefix) - len("y = ")] == first.prefix[:len(first.prefix) - len("y = ")]
     assert any("kept while typing" in b.reason for b in typed.report.blocks if b.kind == "retrieved")
     # excerpts chosen afresh (another block, or an edit elsewhere): so are the chunks
     moved = _prepared("def g(x):\n    ", steady=False, block_start=40)
-    service._add_retrieved(moved, Retrieval([_chunk("gamma")], RetrievalReport()), REQUEST)
+    service.chunks.add(moved, Retrieval([_chunk("gamma")], RetrievalReport()), REQUEST)
     assert "def gamma" in moved.prefix and "def alpha" not in moved.prefix
 
 
 def test_kept_chunks_that_no_longer_fit_are_chosen_afresh() -> None:
     service = _service()
-    service._add_retrieved(_prepared("def f(x):\n    ", steady=False), Retrieval([_chunk("alpha")], RetrievalReport()),
+    service.chunks.add(_prepared("def f(x):\n    ", steady=False), Retrieval([_chunk("alpha")], RetrievalReport()),
                            REQUEST)
     tight = _prepared("def f(x):\n    y", steady=True, budget=104)  # 4 tokens of room left
-    service._add_retrieved(tight, Retrieval([], RetrievalReport()), REQUEST)
+    service.chunks.add(tight, Retrieval([], RetrievalReport()), REQUEST)
     assert "def alpha" not in tight.prefix and tight.report.context_tokens == 100
 
 
 def test_chunks_are_held_per_repository_and_counted() -> None:
     service = _service()
-    service._add_retrieved(_prepared("def f(x):\n    ", steady=False), Retrieval([_chunk("alpha")], RetrievalReport()),
+    service.chunks.add(_prepared("def f(x):\n    ", steady=False), Retrieval([_chunk("alpha")], RetrievalReport()),
                            REQUEST)
     # the same path in another repository, typed in the same block: its own chunks, not the first one's
     fork = _prepared("def f(x):\n    y", steady=True)
-    service._add_retrieved(fork, Retrieval([_chunk("beta")], RetrievalReport()),
+    service.chunks.add(fork, Retrieval([_chunk("beta")], RetrievalReport()),
                            REQUEST.model_copy(update={"repository": "fork"}))
     assert "def beta" in fork.prefix and "def alpha" not in fork.prefix
     entries = service.cache_entries()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ctxpress.core.features import resolve
 from ctxpress.core.wire.v1 import CompletionRequest, ContextReport
-from workers.completion.service import Prepared, _middle_from
+from workers.completion.context import Prepared
+from workers.completion.prompt import middle_from
 
 EXCERPTS = "import os\n\ndef helper(x):\n    ...\n"
 BLOCK = "def f(x):\n    y = helper(x)\n    return y.fo"
@@ -22,14 +23,14 @@ def _request(mode: str = "optimized") -> CompletionRequest:
 
 
 def test_the_middle_opens_at_the_block_or_the_cursor_line_and_only_when_asked() -> None:
-    assert _middle_from(_request(), _prepared({})) is None  # plain PSM by default
-    line = _middle_from(_request(), _prepared({"line_in_middle": True}))
+    assert middle_from(_request(), _prepared({})) is None  # plain PSM by default
+    line = middle_from(_request(), _prepared({"line_in_middle": True}))
     assert line is not None and (EXCERPTS + BLOCK)[line:] == "    return y.fo"
     # cross-file chunks go in before the block, which stays the prefix's tail
     prepared = _prepared({"block_in_middle": True}, retrieved="# other.py\ndef g(): ...\n")
-    block = _middle_from(_request(), prepared)
+    block = middle_from(_request(), prepared)
     assert block is not None and prepared.prefix[block:] == BLOCK
     # a window (no block): its cursor line; baseline mode: never
     fallback = _prepared({"block_in_middle": True}, strategy="window-fallback")
-    assert fallback.prefix[_middle_from(_request(), fallback) or 0:] == "    return y.fo"
-    assert _middle_from(_request("baseline"), _prepared({"block_in_middle": True})) is None
+    assert fallback.prefix[middle_from(_request(), fallback) or 0:] == "    return y.fo"
+    assert middle_from(_request("baseline"), _prepared({"block_in_middle": True})) is None

@@ -1,0 +1,83 @@
+"""Cross-file chunks of mode=optimized (feature ``retrieval``): retrieved beside the in-file assembly and
+placed between the in-file excerpts and the enclosing block, within what the in-file context left of
+the budget; kept, in the file's session, while the user types in one block."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from ctxpress.core.features import resolve as resolve_features
+from ctxpress.core.wire.v1 import BlockReport, CompletionRequest
+from workers import metrics
+from workers.completion.context import Prepared
+from workers.context.retrieval import RenderedChunk, Retrieval, Retriever, render_retrieved
+from workers.context.session import FileSessions, HeldChunks
+from workers.context.steady import NOTE
+from workers.grants import Caller
+
+log = logging.getLogger("ctxpress.worker.completion")
+
+KEPT_NOTE = f"; {NOTE}"  # as the in-file excerpts kept with them
+
+
+class CrossFileChunks:
+    def __init__(self, retriever: Retriever | None, count_tokens: Callable[[str], int],
+                 sessions: FileSessions) -> None:
+        self.retriever = retriever  # None: no index (the chunks are left out)
+        self.count_tokens = count_tokens
+        self.sessions = sessions  # each file's held chunks, and the parse the retrieval query shares
+
+    def wanted(self, request: CompletionRequest) -> bool:
+        return (self.retriever is not None and request.mode == "optimized"
+                and resolve_features(request.features)["retrieval"])
+
+    async def retrieve(self, request: CompletionRequest, text: str, caller: Caller) -> Retrieval:
+        """Chunks of the repositories ``caller`` may read; never raises, and is bounded (see Retriever)."""
+        assert self.retriever is not None
+        return await self.retriever.retrieve(repositories=list(caller.repositories), path=request.path, text=text,
+                                             line=request.line, language=request.language,
+                                             trees=self.sessions.get(request.repository, request.path).trees)
+
+    def add(self, prepared: Prepared, retrieval: Retrieval, request: CompletionRequest) -> None:
+        """Other files' chunks go between the in-file excerpts and the enclosing block (which
+        stays next to the cursor), within what the in-file context left of the budget. Not
+        first: they change with every cursor move, and everything after them in the prompt
+        would lose its cached KV. While the user types in one block (the in-file excerpts kept),
+        the chunks placed there are kept too when they still fit: a query that follows the typed
+        words would change them, and the KV of the block after them, at every keystroke."""
+        report = prepared.report
+        r = retrieval.report
+        report.retrieval = {"elapsed_ms": r.elapsed_ms, "threshold": r.threshold, "returned": r.returned,
+                            "coarse_files": r.coarse_files, "unresolved": r.unresolved, "skipped": r.skipped}
+        if r.skipped:
+            metrics.DEGRADED.labels("retrieval", r.skipped).inc()
+            log.info(json.dumps({"event": "degraded", "part": "retrieval", "why": r.skipped}))
+        room = (report.budget_tokens or 0) - report.context_tokens
+        session = self.sessions.get(request.repository, request.path)
+        block = (report.blocks[0].name, report.blocks[0].start_line) if report.blocks else ("", -1)
+        held = session.take_chunks()
+        kept = (prepared.steady and held is not None and held.block == block
+                and sum(piece.tokens for piece in held.pieces) <= room)
+        if held is not None and kept:
+            text, rendered = held.text, held.pieces
+        else:
+            if not retrieval.chunks or room <= 0:
+                return
+            text, rendered = render_retrieved(retrieval.chunks, room, self.count_tokens, prepared.language)
+            if not rendered:
+                return
+        session.hold_chunks(HeldChunks(block, text, rendered))
+        at = prepared.stable_chars
+        prepared.prefix = prepared.prefix[:at] + text + prepared.prefix[at:]
+        report.context_tokens += sum(piece.tokens for piece in rendered)
+        report.sources = sorted({*report.sources, "retrieval"})
+        report.blocks.extend(_block_report(piece, KEPT_NOTE if kept else "") for piece in rendered)
+
+
+def _block_report(piece: RenderedChunk, note: str) -> BlockReport:
+    chunk = piece.chunk
+    return BlockReport(kind="retrieved", name=f"{chunk.path}:{chunk.symbol}", start_line=chunk.start_line,
+                       end_line=chunk.end_line, form=piece.form, tokens=piece.tokens,
+                       reason=f"other file, found by {'+'.join(chunk.found_by)}, score {chunk.score:.3f}{note}")

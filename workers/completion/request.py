@@ -1,0 +1,33 @@
+"""A completion request off the wire: within the size limit, JSON, and valid against the schema; each
+failure a ``RequestError`` saying what is wrong."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import ValidationError
+
+from ctxpress.core.errors import ErrorCode, RequestError, UnsupportedLanguage
+from ctxpress.core.wire.v1 import CompletionRequest
+
+
+def parse_request(data: bytes, max_bytes: int) -> CompletionRequest:
+    """Bytes off the wire to a valid request, or a ``RequestError`` saying what is wrong."""
+    if len(data) > max_bytes:
+        raise RequestError(ErrorCode.PAYLOAD_TOO_LARGE, f"request is {len(data)} bytes; the limit is {max_bytes}")
+    try:
+        raw = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(ErrorCode.INVALID_JSON, f"request is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise RequestError(ErrorCode.INVALID_REQUEST, "request must be a JSON object")
+    try:
+        return CompletionRequest.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors():
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, UnsupportedLanguage):
+                raise cause from None
+        details = [{"field": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in exc.errors()]
+        summary = "; ".join(f"{d['field'] or 'request'}: {d['problem']}" for d in details)
+        raise RequestError(ErrorCode.INVALID_REQUEST, f"invalid request: {summary}", details) from None

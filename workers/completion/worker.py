@@ -1,0 +1,140 @@
+"""The completion worker process: its tokenizer, engine and database clients, its NATS subscriptions, and
+an orderly stop.
+
+Run several (``python -m workers.completion``); they share one queue group, so NATS spreads requests
+among them. Every request gets exactly one reply: a completion, or a structured error. CPU work
+(tokenizing, windowing) runs in an executor so the event loop keeps answering while a request is being
+assembled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from prometheus_client import start_http_server
+
+from ctxpress.core.identity import service_connect_options, subject_user, team_mode, user_subject
+from ctxpress.core.settings import Settings
+from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
+from indexer.embeddings import AsyncTritonEmbedder
+from indexer.symbols import warm_up
+from serving.triton_client import TritonCompletionClient
+from workers import metrics
+from workers.completion.service import CompletionService
+from workers.context.line_tokens import exact_counter
+from workers.context.packing import memoized
+from workers.context.retrieval import Retriever
+from workers.grants import Grants
+from workers.process import run_service
+from workers.telemetry import TelemetryWriter
+
+log = logging.getLogger("ctxpress.worker.completion")
+
+_Handler = Callable[[Msg], Awaitable[None]]
+
+
+def load_tokenizer(settings: Settings) -> Callable[[str], int]:
+    from serving.tokenizer import Tokenizer, memoized_counter
+    from serving.weights import TARGET, ensure_model
+
+    path = settings.model_path or ensure_model(TARGET, settings.models_dir)
+    return memoized_counter(Tokenizer(path).count)
+
+
+async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
+    connect_options = service_connect_options(settings)  # team mode: no start without the worker credential
+    grants = Grants(settings.effective_database_url()) if team_mode(settings) else None
+    loop = asyncio.get_running_loop()
+    count_tokens = await loop.run_in_executor(None, load_tokenizer, settings)
+    # Load every grammar and query now rather than on the first request of each language, and
+    # check once that segment-wise token counting is exact for this tokenizer (~0.1 s).
+    await loop.run_in_executor(None, warm_up)
+    await loop.run_in_executor(None, exact_counter, memoized(count_tokens))
+    triton = TritonCompletionClient(settings.effective_triton_url())
+    telemetry = TelemetryWriter(settings.effective_database_url())
+    telemetry.start()
+    if settings.worker_metrics_port:
+        start_http_server(settings.worker_metrics_port, addr=settings.metrics_bind_host)
+    retriever = Retriever(settings.effective_database_url(), AsyncTritonEmbedder(settings.effective_triton_url()),
+                          timeout_ms=settings.retrieval_timeout_ms, top_k=settings.retrieval_top_k,
+                          min_similarity=settings.retrieval_min_similarity)
+    service = CompletionService(settings, triton, count_tokens, settings.model_name, telemetry, retriever, grants)
+    for cache in service.cache_entries():  # read when /metrics is scraped
+        metrics.CACHE_ENTRIES.labels(cache).set_function(lambda cache=cache: service.cache_entries()[cache])
+    nc = await nats.connect(settings.nats_servers(), name="ctxpress-completion-worker",
+                            max_reconnect_attempts=-1, **connect_options)
+    tasks: set[asyncio.Task[None]] = set()
+    subscriptions = await _subscribe(nc, settings, service, team=grants is not None, tasks=tasks)
+    suffix = f".{settings.shard}" if settings.shard is not None else ""
+    log.info("completion worker listening on %s (queue %s), Triton at %s", settings.completion_subject + suffix,
+             settings.completion_queue, settings.effective_triton_url())
+    await stop.wait()
+    for sub, drain in subscriptions:  # no lost message: finish what was received, then leave the group
+        await (sub.drain() if drain else sub.unsubscribe())
+    if tasks:
+        await asyncio.wait(tasks, timeout=settings.triton_timeout_s)
+    await nc.drain()
+    await telemetry.close()
+    await triton.close()
+    log.info("completion worker stopped")
+
+
+async def _subscribe(nc: Client, settings: Settings, service: CompletionService, *, team: bool,
+                     tasks: set[asyncio.Task[None]]) -> list[tuple[Subscription, bool]]:
+    """Every subject the worker serves, in the order they are let go at stop, each with whether it is
+    drained (its received messages answered first) or only unsubscribed."""
+
+    async def reply(msg: Msg, received_at: float) -> None:
+        payload = await service.handle(msg.data, received_at, subject_user(msg.subject))
+        if msg.reply:
+            await msg.respond(payload)
+
+    async def on_message(msg: Msg) -> None:
+        # Reply from a task so a slow inference never blocks the next message's validation.
+        task = asyncio.create_task(reply(msg, time.perf_counter()))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def on_feedback(msg: Msg) -> None:
+        answer = service.feedback(msg.data, subject_user(msg.subject))
+        if msg.reply:
+            await msg.respond(answer)
+
+    async def on_file_opened(msg: Msg) -> None:
+        answer = await service.file_opened(msg.data, subject_user(msg.subject))
+        if msg.reply:
+            await msg.respond(answer)
+
+    async def on_cancel(msg: Msg) -> None:
+        service.cancel(msg.data, subject_user(msg.subject))
+
+    queue = settings.completion_queue
+    # Behind the gateway a worker serves its shard's subjects; alone, the IDE-facing ones.
+    suffix = f".{settings.shard}" if settings.shard is not None else ""
+    subscriptions = [
+        (await nc.subscribe(settings.completion_subject + suffix, queue=queue, cb=on_message), True),
+        (await nc.subscribe(settings.feedback_subject, queue=queue, cb=on_feedback), True),
+        (await nc.subscribe(SUBJECT_FILE_OPENED + suffix, queue=queue, cb=on_file_opened), True),
+        # Not a queue group: whichever worker holds the request must hear it.
+        (await nc.subscribe(SUBJECT_CANCEL, cb=on_cancel), False),
+    ]
+    # Team mode: the same handlers on every user's subjects (ctxpress.v1.u.*.<kind>), each request checked against
+    # the grants of the user in its subject. On the subjects above requests carry no user and get `forbidden`.
+    if team:
+        handlers: tuple[tuple[str, _Handler], ...] = (
+            ("complete", on_message), ("feedback", on_feedback), ("file_opened", on_file_opened))
+        for kind, cb in handlers:
+            subscriptions.append((await nc.subscribe(user_subject("*", kind), queue=queue, cb=cb), True))
+        subscriptions.append((await nc.subscribe(user_subject("*", "cancel"), cb=on_cancel), True))
+    return subscriptions
+
+
+def main() -> int:
+    return run_service(run_worker)
