@@ -28,7 +28,7 @@ from ctxpress.core.settings import Settings
 
 USER_SUBJECT_PREFIX = "ctxpress.v1.u"
 # What an editor sends, each on ``ctxpress.v1.u.<user>.<kind>``.
-USER_KINDS = ("complete", "file_opened", "feedback", "cancel", "file_saved")
+USER_KINDS = ("complete", "file_opened", "feedback", "cancel", "file_saved", "index_git")
 WORKER_USER = "worker"  # the completion and index workers (and the probes of `ctxpress up` and the supervisor)
 HOOKS_USER = "hooks"  # git hooks: index events only
 SERVICE_USERS = (WORKER_USER, HOOKS_USER)
