@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.filters import DEFAULT_MAX_FILE_BYTES, content_reason, path_reason
-from indexer.parsing import detect_language, is_supported
+from indexer.syntax.grammars import detect_language, is_supported
 
 
 class WalkError(RuntimeError):
