@@ -51,8 +51,8 @@ from ctxpress.core.wire.v1 import (
     content_hash,
 )
 from indexer.embeddings import AsyncTritonEmbedder
-from indexer.parsing import TREE_CACHE
-from indexer.symbols import warm_up
+from indexer.syntax.tree_cache import TREE_CACHE
+from indexer.syntax.warm import warm_up
 from serving.fim import FIM_PREFIX, FIM_SUFFIX, STOP_WORDS, fim_markers, fim_prompt
 from serving.triton_client import TritonCompletionClient
 from workers import metrics

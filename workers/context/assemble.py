@@ -22,9 +22,12 @@ from dataclasses import dataclass, field, replace
 from ctxpress.core.languages import normalize_language
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import wire_lines
-from indexer.parsing import TREE_CACHE, ParsedFile, TreeCache, detect_language, is_supported
 from indexer.summaries import elision_marker
-from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols
+from indexer.syntax.grammars import detect_language, is_supported
+from indexer.syntax.parsed_file import ParsedFile
+from indexer.syntax.symbols.model import FileSymbols
+from indexer.syntax.symbols.table import cheap_symbols, extract_symbols
+from indexer.syntax.tree_cache import TREE_CACHE, TreeCache
 from workers.context import steady as steady_excerpts
 from workers.context.blocks import summary_piece
 from workers.context.class_header import class_header_candidates

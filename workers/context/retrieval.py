@@ -40,8 +40,11 @@ from db.chunks import CoarseFiles, SearchHit, coarse_files, search_chunks
 from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys
 from indexer.embeddings import AsyncTritonEmbedder
-from indexer.parsing import LINE_COMMENT, TREE_CACHE, detect_language, is_supported
-from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols, line_references, references_in_range
+from indexer.syntax.grammars import LINE_COMMENT, detect_language, is_supported
+from indexer.syntax.symbols.model import FileSymbols
+from indexer.syntax.symbols.references import line_references, references_in_range
+from indexer.syntax.symbols.table import cheap_symbols, extract_symbols
+from indexer.syntax.tree_cache import TREE_CACHE
 
 log = logging.getLogger("ctxpress.context.retrieval")
 

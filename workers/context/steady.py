@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
-from indexer.parsing import diff_region
+from indexer.syntax.textdiff import diff_region
 from workers.context.packing import Segment, TokenCounter
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import pytest
 from ctx_samples import CROP_ONLY, PYTHON, split_cursor
 from longfile import long_python_file
 
-from indexer.parsing import TreeCache
+from indexer.syntax.tree_cache import TreeCache
 from workers.context.assemble import FALLBACK_COUNTS, assemble_context, explain
 
 Counter = Callable[[str], int]

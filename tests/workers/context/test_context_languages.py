@@ -61,7 +61,7 @@ def test_tight_budget_keeps_helper_before_unreferenced(language: str, count_toke
 
 @pytest.mark.parametrize("language", sorted(SAMPLES))
 def test_typing_at_the_cursor_keeps_the_excerpts(language: str, count_tokens: Callable[[str], int]) -> None:
-    from indexer.parsing import TreeCache
+    from indexer.syntax.tree_cache import TreeCache
     from workers.context.steady import NOTE
 
     filename, marked = SAMPLES[language]

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from ctx_samples import CROP_ONLY
 from longfile import long_python_file
 
-from indexer.parsing import TreeCache, parse_text
-from indexer.symbols import extract_symbols
+from indexer.syntax.parsed_file import parse_text
+from indexer.syntax.symbols.table import extract_symbols
+from indexer.syntax.tree_cache import TreeCache
 from workers.context import steady
 from workers.context.assemble import AssembledContext, assemble_context
 from workers.context.packing import Segment
