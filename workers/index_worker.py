@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from ctxpress.core.errors import Forbidden, GrantsUnavailable
-from ctxpress.core.identity import service_connect_options, subject_kind, subject_user, team_mode
+from ctxpress.core.identity import INDEXER_USER, service_connect_options, subject_kind, subject_user, team_mode
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
 from indexer.embeddings import TritonEmbedder
@@ -187,7 +187,7 @@ class IndexWorker:
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
-    connect_options = service_connect_options(settings)  # team mode: no start without the worker credential
+    connect_options = service_connect_options(settings, INDEXER_USER)  # team mode: no start without its credential
     embedder = TritonEmbedder(settings.effective_triton_url())
     indexer = Indexer(settings.effective_database_url(), embedder, settings.index_max_file_bytes)
     grants = Grants(settings.effective_database_url()) if team_mode(settings) else None

@@ -19,20 +19,6 @@ SUPPORTED_LANGUAGES: frozenset[str] = frozenset(
     {"python", "javascript", "typescript", "tsx", "go", "java", "rust", "c", "cpp"}
 )
 
-# Line-comment syntax, used for elision markers in the assembled prompt.
-LINE_COMMENT: dict[str, str] = {
-    "python": "#",
-    "javascript": "//",
-    "typescript": "//",
-    "tsx": "//",
-    "go": "//",
-    "java": "//",
-    "rust": "//",
-    "c": "//",
-    "cpp": "//",
-}
-
-
 def detect_language(path: str, text: str | None = None) -> str | None:
     """The grammar for ``path`` (``ctxpress.core.languages``: a ``.h`` showing C++ constructs is cpp), or
     None when there is none."""

@@ -315,6 +315,32 @@ async def test_a_developers_git_hooks_index_only_the_granted_repository(team_up:
     assert rows == [("alpha", "hooked/alpha_commit.py")]  # the commit into beta, which alice lacks, was dropped
 
 
+async def test_the_http_bridge_asks_as_its_user_and_gets_only_the_granted_repository(team_up: Team) -> None:
+    """`ctxpress serve-http` on a developer's machine, with her credentials file and a token: llama.vscode's
+    /infill served in her repository, 403 in one she lacks (the worker's answer, from her subject)."""
+    import aiohttp
+
+    from tests.ctxpress.http.test_serve_http import start_bridge, stop_bridge, vscode_infill
+
+    token = "team-bridge-token-0123456789"
+    env = {**team_up.appliance.env, "CTXPRESS_NATS_CREDENTIALS": str(team_up.alice_file),
+           "CTXPRESS_HTTP_TOKEN": token}
+    bridge = await asyncio.to_thread(start_bridge, env)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+            answers = {}
+            for repository in ("alpha", "beta"):
+                headers = {"Authorization": f"Bearer {token}", "X-Ctxpress-Repository": repository,
+                           "X-Ctxpress-Path": "pkg/math_utils.py"}
+                async with session.post(f"{bridge.url}/infill", json=vscode_infill(), headers=headers) as response:
+                    answers[repository] = (response.status, await response.json())
+    finally:
+        await asyncio.to_thread(stop_bridge, bridge)
+    assert answers["alpha"][0] == 200 and isinstance(answers["alpha"][1].get("content"), str), answers["alpha"]
+    assert answers["beta"][0] == 403, answers["beta"]
+    assert "forbidden" in json.dumps(answers["beta"][1]), answers["beta"]
+
+
 async def test_the_probes_of_up_and_the_supervisor_log_in_as_the_worker(team_up: Team) -> None:
     loop = asyncio.get_running_loop()
     part = CompletionWorkerPart(team_up.settings)
