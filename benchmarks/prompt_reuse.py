@@ -16,7 +16,7 @@ import random
 import sys
 from pathlib import Path
 
-from indexer.parsing import common_prefix_len
+from indexer.syntax.textdiff import common_prefix_len
 from serving.fim import fim_prompt
 from workers.context.assemble import assemble_context
 from workers.context.line_tokens import exact_counter

@@ -20,7 +20,9 @@ from urllib.parse import urlsplit
 
 from ctxpress.core.identity import (
     AUTHORIZATION_FILE,
+    COMPLETION_KINDS,
     HOOKS_USER,
+    INDEXER_USER,
     SERVICE_BCRYPT_ROUNDS,
     SERVICE_USERS,
     USER_SUBJECT_PREFIX,
@@ -34,6 +36,7 @@ from ctxpress.core.identity import (
     service_credentials,
     team_mode,
     tls_on,
+    user_subject,
     write_private_file,
 )
 from ctxpress.core.settings import Settings
@@ -62,14 +65,24 @@ def hooks_permissions() -> dict[str, Any]:
 def worker_permissions(settings: Settings) -> dict[str, Any]:
     probes = [settings.completion_subject, settings.feedback_subject, settings.index_status_subject]
     return {
-        # JetStream: the index stream and its consumer, pulls and acks. The single-user subjects: the probes of
-        # `ctxpress up` and the supervisor connect as the worker; requests there carry no user and are refused.
-        "publish": {"allow": ["$JS.API.>", "$JS.ACK.>", *probes]},
-        "subscribe": {"allow": [f"{USER_SUBJECT_PREFIX}.*.>", *probes, f"{settings.completion_subject}.*",
-                                SUBJECT_FILE_OPENED, f"{SUBJECT_FILE_OPENED}.*", SUBJECT_CANCEL,
-                                f"{inbox_prefix(WORKER_USER)}.>"]},
+        # The single-user subjects: the probes of `ctxpress up` and the supervisor connect as the worker
+        # (requests there carry no user and are refused). No JetStream: the index stream is the indexer's.
+        "publish": {"allow": probes},
+        "subscribe": {"allow": [*(user_subject("*", kind) for kind in COMPLETION_KINDS), *probes,
+                                f"{settings.completion_subject}.*", SUBJECT_FILE_OPENED, f"{SUBJECT_FILE_OPENED}.*",
+                                SUBJECT_CANCEL, f"{inbox_prefix(WORKER_USER)}.>"]},
         # One reply to each request it received, and nothing else on other people's inboxes.
         "allow_responses": True,
+    }
+
+
+def indexer_permissions(settings: Settings) -> dict[str, Any]:
+    return {
+        # JetStream: the index stream and its durable consumer, pulls and acks; it reads the editors' saves and
+        # hook events from the stream, never from their subjects.
+        "publish": {"allow": ["$JS.API.>", "$JS.ACK.>"]},
+        "subscribe": {"allow": [settings.index_status_subject, f"{inbox_prefix(INDEXER_USER)}.>"]},
+        "allow_responses": True,  # its status, to the probes
     }
 
 
@@ -78,6 +91,8 @@ def render_authorization(settings: Settings, users: Iterable[TeamUser], services
     entries: list[dict[str, Any]] = [
         {"user": WORKER_USER, "password": bcrypt_hash(services[WORKER_USER].password, SERVICE_BCRYPT_ROUNDS),
          "permissions": worker_permissions(settings)},
+        {"user": INDEXER_USER, "password": bcrypt_hash(services[INDEXER_USER].password, SERVICE_BCRYPT_ROUNDS),
+         "permissions": indexer_permissions(settings)},
         {"user": HOOKS_USER, "password": bcrypt_hash(services[HOOKS_USER].password, SERVICE_BCRYPT_ROUNDS),
          "permissions": hooks_permissions()},
     ]
@@ -135,7 +150,7 @@ def _config_load_time(settings: Settings) -> str | None:
 def reload_nats(settings: Settings, timeout_s: float = 10.0) -> bool:
     """SIGHUP to the embedded nats-server, then wait until it says it loaded the config again. False when it is
     not running (it reads the file when it starts); ``TeamConfigError`` when it did not take the new config."""
-    from ctxpress.services import NatsPart
+    from ctxpress.parts import NatsPart
 
     pid = NatsPart(settings).pid()
     if pid is None:

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from ctxpress.core.errors import CtxpressError
-from indexer.parsing import ParsedFile, parse_text
 from indexer.summaries import summarize
-from indexer.symbols import CLASS_KINDS, FUNCTION_KINDS, FileSymbols, Symbol, extract_symbols, has_wide_error
+from indexer.syntax.parsed_file import ParsedFile, parse_text
+from indexer.syntax.symbols.model import CLASS_KINDS, FUNCTION_KINDS, FileSymbols, Symbol
+from indexer.syntax.symbols.table import extract_symbols
+from indexer.syntax.wide_errors import has_wide_error
 
 # A body beyond this many characters is cut in the stored content (the embedding sees the first
 # ~128 tokens anyway; the context packer takes summaries of large blocks).

@@ -28,7 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from indexer.filters import DEFAULT_MAX_FILE_BYTES, content_reason, path_reason  # noqa: E402
 
-SUBJECT = "ctxpress.v1.index.git"
+SUBJECT = "ctxpress.v1.index.git"  # ctxpress.core.wire.v1.SUBJECT_INDEX_GIT (this script runs without the package)
+HOOKS_USER = "hooks"  # ctxpress.core.identity.HOOKS_USER
+# A developer's own events, checked against their grants: ctxpress.core.identity.user_subject(user, "index_git")
+USER_SUBJECT = "ctxpress.v1.u.{user}.index_git"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 CONNECT_TIMEOUT_S = 0.5
 ACK_TIMEOUT_S = 2.0
@@ -293,6 +296,8 @@ def main(argv: list[str]) -> int:
         if args.credentials:
             args.nats, user, password, ca = read_credentials(args.credentials)
             client = connect(args.nats, user, password, ca)
+            if user != HOOKS_USER:  # a developer's credential may publish only on their own subjects
+                args.subject = USER_SUBJECT.format(user=user)
         else:
             client = connect(args.nats)
         try:

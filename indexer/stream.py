@@ -30,8 +30,9 @@ MAX_DELIVER = 20
 def stream_config(settings: Settings) -> StreamConfig:
     return StreamConfig(
         name=settings.index_stream,
-        # Team mode: editors save on their own subject (ctxpress/team.py), the worker checks their grant.
-        subjects=[SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED, user_subject("*", "file_saved")],
+        # Team mode: editors save, and their git hooks publish, on their own subjects; the worker checks their grant.
+        subjects=[SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED, user_subject("*", "file_saved"),
+                  user_subject("*", "index_git")],
         retention=RetentionPolicy.WORK_QUEUE,  # an acked event is done: it leaves the stream
         storage=StorageType.FILE,
         max_age=7 * 24 * 3600,

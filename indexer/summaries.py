@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import re
 
-from indexer.parsing import LINE_COMMENT, ParsedFile
-from indexer.symbols import Symbol
+from ctxpress.core.languages import LINE_COMMENT
+from indexer.syntax.parsed_file import ParsedFile
+from indexer.syntax.symbols.model import Symbol
 
 BRACE_ELISION = "/* … */"
 PY_ELISION = "..."

@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from ctxpress.core.errors import Forbidden, GrantsUnavailable
-from ctxpress.core.identity import service_connect_options, subject_kind, subject_user, team_mode
+from ctxpress.core.identity import INDEXER_USER, service_connect_options, subject_kind, subject_user, team_mode
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
 from indexer.embeddings import TritonEmbedder
@@ -51,7 +51,7 @@ class Decoded:
     commit: str | None
     started_at: float | None  # when the hook ran / the IDE saved (epoch s), for freshness
     kind: str
-    user: str | None = None  # an editor's save in team mode: the user of its subject
+    user: str | None = None  # team mode: whose subject a save or hook event came on (None: the hooks credential)
 
 
 def decode(msg: Msg, seq: int) -> Decoded:
@@ -72,7 +72,7 @@ def decode(msg: Msg, seq: int) -> Decoded:
             changes.append(FileChange(c.path, None, seq=seq))
         else:
             changes.append(FileChange(c.path, c.text, skipped=c.skipped if c.text is None else None, seq=seq))
-    return Decoded(event.repository, changes, event.commit, event.published_at, event.hook)
+    return Decoded(event.repository, changes, event.commit, event.published_at, event.hook, subject_user(msg.subject))
 
 
 @dataclass
@@ -120,7 +120,8 @@ class IndexWorker:
             seq = msg.metadata.sequence.stream
             try:
                 decoded = decode(msg, seq)
-                if self.grants is not None and decoded.kind == "save":  # git hooks: the hooks credential, any repo
+                # a user's own saves and hook events need their grant; the hooks credential's events, any repository
+                if self.grants is not None and decoded.user is not None:
                     await self.grants.authorize(decoded.user, decoded.repository)
             except ValueError as exc:
                 self.stats.invalid += 1
@@ -186,7 +187,7 @@ class IndexWorker:
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
-    connect_options = service_connect_options(settings)  # team mode: no start without the worker credential
+    connect_options = service_connect_options(settings, INDEXER_USER)  # team mode: no start without its credential
     embedder = TritonEmbedder(settings.effective_triton_url())
     indexer = Indexer(settings.effective_database_url(), embedder, settings.index_max_file_bytes)
     grants = Grants(settings.effective_database_url()) if team_mode(settings) else None

@@ -28,10 +28,13 @@ from ctxpress.core.settings import Settings
 
 USER_SUBJECT_PREFIX = "ctxpress.v1.u"
 # What an editor sends, each on ``ctxpress.v1.u.<user>.<kind>``.
-USER_KINDS = ("complete", "file_opened", "feedback", "cancel", "file_saved")
-WORKER_USER = "worker"  # the completion and index workers (and the probes of `ctxpress up` and the supervisor)
+# What the completion worker serves; the saves and hook events go into the index stream for the index worker.
+COMPLETION_KINDS = ("complete", "file_opened", "feedback", "cancel")
+USER_KINDS = (*COMPLETION_KINDS, "file_saved", "index_git")
+WORKER_USER = "worker"  # the completion worker (and the probes of `ctxpress up` and the supervisor)
+INDEXER_USER = "indexer"  # the index worker: the index stream through JetStream, nothing of the editors' subjects
 HOOKS_USER = "hooks"  # git hooks: index events only
-SERVICE_USERS = (WORKER_USER, HOOKS_USER)
+SERVICE_USERS = (WORKER_USER, INDEXER_USER, HOOKS_USER)
 # A NATS subject token (no '.', '*', '>' or space) that is also a plain file and column value.
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 CREDENTIALS_FORMAT = "ctxpress-nats-credentials/1"
@@ -273,14 +276,18 @@ def ensure_service_credentials(settings: Settings) -> dict[str, NatsCredentials]
     return found
 
 
-def service_credentials(settings: Settings) -> NatsCredentials:
-    """The worker credential: this appliance's own with the embedded NATS, ``CTXPRESS_NATS_CREDENTIALS`` with
-    an external one (its operator mounts the worker file there)."""
+def service_credentials(settings: Settings, user: str = WORKER_USER) -> NatsCredentials:
+    """A service's credential (``WORKER_USER``, ``INDEXER_USER``): this appliance's own with the embedded NATS;
+    with an external one, ``CTXPRESS_NATS_CREDENTIALS`` (its operator mounts the worker file there) or, for the
+    index worker, ``CTXPRESS_NATS_INDEXER_CREDENTIALS`` when given."""
     if settings.nats_url is None:
-        path = service_credentials_path(settings, WORKER_USER)
+        path = service_credentials_path(settings, user)
         if not path.exists():
-            raise TeamConfigError(f"team mode: no worker credentials at {path}; `ctxpress up` creates them")
+            raise TeamConfigError(f"team mode: no {user} credentials at {path}; `ctxpress up` creates them")
         return load_credentials(path)
+    if user == INDEXER_USER and settings.nats_indexer_credentials is not None:
+        credentials = load_credentials(settings.nats_indexer_credentials)
+        return credentials if credentials.ca is not None else replace(credentials, ca=client_ca(settings))
     if settings.nats_credentials is None:
         raise TeamConfigError(
             f"team mode: NATS at {settings.nats_url} needs authentication, and CTXPRESS_NATS_CREDENTIALS is not set "
@@ -290,9 +297,9 @@ def service_credentials(settings: Settings) -> NatsCredentials:
     return credentials if credentials.ca is not None else replace(credentials, ca=client_ca(settings))
 
 
-def service_connect_options(settings: Settings) -> dict[str, Any]:
-    """What the workers and the probes add to ``nats.connect``: nothing on a single-user appliance; in team mode
-    the worker credential, or ``TeamConfigError`` (the workers refuse to start without it)."""
+def service_connect_options(settings: Settings, user: str = WORKER_USER) -> dict[str, Any]:
+    """What a worker or a probe adds to ``nats.connect``: nothing on a single-user appliance; in team mode
+    its service credential, or ``TeamConfigError`` (the workers refuse to start without it)."""
     if not team_mode(settings):
         return {}
-    return service_credentials(settings).connect_options()
+    return service_credentials(settings, user).connect_options()

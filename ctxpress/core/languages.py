@@ -20,6 +20,19 @@ _BY_SUFFIX: dict[str, str] = {
 
 KNOWN_LANGUAGES: frozenset[str] = frozenset(_BY_SUFFIX.values())
 
+# Line-comment syntax, used for elision markers in the assembled prompt.
+LINE_COMMENT: dict[str, str] = {
+    "python": "#",
+    "javascript": "//",
+    "typescript": "//",
+    "tsx": "//",
+    "go": "//",
+    "java": "//",
+    "rust": "//",
+    "c": "//",
+    "cpp": "//",
+}
+
 
 # A header is shared by C and C++; the C grammar turns these into error nodes.
 _CPP_HEADER_MARKERS: tuple[str, ...] = ("class ", "namespace ", "template<", "template <", "public:")

@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     # A credentials file written by `ctxpress users add` (JSON: nats_url, user, password; read with
     # ctxpress.core.identity.load_credentials). Team mode with an external NATS: the workers' own (the worker user).
     nats_credentials: Path | None = None
+    # Team mode with an external NATS: the index worker's own (the indexer user); unset, it uses nats_credentials.
+    nats_indexer_credentials: Path | None = None
     nats_port: int = 4222
     nats_monitor_port: int = 8222
     # Where the embedded NATS listens (default: bind_host). A team appliance puts NATS alone on the network

@@ -63,6 +63,10 @@ class BenchConfig:
     seed: int = 0
     features: dict[str, bool] | None = None  # optimized mode's switches (ablations)
     kv_pool_slots: int = 4  # files the engine keeps in memory (the appliance's setting)
+    jump_cursors: int = 8  # functions of one file a reader moves between (the jump scenario)
+    jump_think_s: float = 2.0  # reading time between two jumps
+    # the prompt layouts the jump scenario compares, (label, features) each; empty: optimized with ``features``
+    jump_layouts: Sequence[tuple[str, dict[str, bool] | None]] = ()
 
 
 @dataclass
@@ -160,8 +164,8 @@ def typing_pauses(body: str, cps: float, debounce_ms: float, seed: int) -> list[
 
 def pick_function(text: str) -> tuple[int, int] | None:
     """A function body of 6-30 lines: (start offset of its first body line, end offset)."""
-    from indexer.parsing import parse_text
-    from indexer.symbols import extract_symbols
+    from indexer.syntax.parsed_file import parse_text
+    from indexer.syntax.symbols.table import extract_symbols
 
     table = extract_symbols(parse_text(text, "python", "<bench>"))
     source = text.encode("utf-8")
@@ -339,6 +343,46 @@ async def _reopen(client: CompletionClient, cases: Sequence[Case], cfg: BenchCon
     return samples
 
 
+def jump_cursors(path: Path, cfg: BenchConfig) -> list[Case]:
+    """Cursors in ``cfg.jump_cursors`` different functions of ``path``, in the order a reader moving around the file
+    visits them (seeded): one eval case (a line's rest to complete) per function."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    functions = sorted((node.lineno - 1, (node.end_lineno or node.lineno) - 1) for node in ast.walk(tree)
+                       if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef))
+    picked: dict[tuple[int, int], Case] = {}
+    for case in make_cases(path.parent, 40 * cfg.jump_cursors, cfg.seed):
+        if case.path != path.name:
+            continue
+        inner = [f for f in functions if f[0] < case.line <= f[1]]
+        if inner:  # the innermost function holding the cursor; one cursor per function
+            picked.setdefault(max(inner), case)
+    cases = list(picked.values())
+    random.Random(cfg.seed).shuffle(cases)
+    return cases[:cfg.jump_cursors]
+
+
+async def _jump(client: CompletionClient, path: Path, cfg: BenchConfig, progress: Progress) -> list[Sample]:
+    """A developer reading and editing one long file: open it, then complete in one function after another, with
+    reading time between. Per feature set of ``cfg.jump_layouts`` (the prompt layouts compared), same cursors."""
+    cases = await asyncio.to_thread(jump_cursors, path, cfg)
+    if not cases:
+        raise ValueError(f"{path}: no cursor in a function (the jump scenario needs a Python file with functions)")
+    text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+    samples: list[Sample] = []
+    for label, features in cfg.jump_layouts or (("optimized", cfg.features),):
+        await _open(client, cases[0], text)
+        for case in cases:
+            cut, _ = cut_out(text, case.line, case.column)
+            latency, reply = await _send(client, _request(case, cut, "optimized", "jump", cfg.max_tokens, features))
+            samples.append(Sample(label, latency, reply, suggestion_matches(reply.get("completion", ""),
+                                                                            case.expected)))
+            progress.advance(f"jump {label} line {case.line + 1} {latency:.0f} ms")
+            await asyncio.sleep(cfg.jump_think_s)
+    return samples
+
+
 def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[str, Any]:
     """``seconds``: the wall time the samples shared (concurrent clients); without it, throughput
     is requests per second of this mode's own serving time (sequential scenarios)."""
@@ -384,8 +428,9 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
     results: dict[str, dict[str, dict[str, Any]]] = {}
     sizes = {"short": cfg.requests, "long": cfg.requests, "file_switch": 3 * 2,
              "concurrency": cfg.clients * cfg.requests, "typing": cfg.typing_pauses,
-             "team": team_typists(cfg.clients) * cfg.typing_pauses, "reopen": cfg.kv_pool_slots + 3}
-    progress = Progress(sum(sizes[s] * (1 if s in ("concurrency", "team", "reopen") else len(cfg.modes))
+             "team": team_typists(cfg.clients) * cfg.typing_pauses, "reopen": cfg.kv_pool_slots + 3,
+             "jump": cfg.jump_cursors * max(1, len(cfg.jump_layouts))}
+    progress = Progress(sum(sizes[s] * (1 if s in ("concurrency", "team", "reopen", "jump") else len(cfg.modes))
                             for s in scenarios),
                         "bench")
 
@@ -412,6 +457,8 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
                 samples = await _typing(client, path, cfg, progress)
             elif name == "team":
                 samples = await _team(cfg, root, progress)
+            elif name == "jump":
+                samples = await _jump(client, typing_file or root / "engine" / "result.py", cfg, progress)
             elif name == "reopen":
                 picked = {c.path: c for c in cases_for(1000, 0, 8 * (cfg.kv_pool_slots + 1))}
                 samples = await _reopen(client, list(picked.values())[:cfg.kv_pool_slots + 1], cfg, progress)
@@ -419,7 +466,8 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
                 raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
             seconds = time.monotonic() - started
             shared = seconds if name in ("concurrency", "team") else None
-            labels = {"team": ("typing", "typing_cold", "jump"), "reopen": REOPEN_LABELS}.get(name, cfg.modes)
+            labels = {"team": ("typing", "typing_cold", "jump"), "reopen": REOPEN_LABELS,
+                      "jump": [label for label, _ in cfg.jump_layouts] or ["optimized"]}.get(name, cfg.modes)
             results[name] = {label: summarise([s for s in samples if s.mode == label], shared) for label in labels}
             if name == "team":
                 results[name]["all"] = summarise(samples, shared)

@@ -55,6 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     be.add_argument("--fast-typist", action="store_true",
                     help="with --via lsp: a request at every keystroke, each superseding the last; engine time "
                          "on superseded requests with and without abandoning them in the appliance")
+    be.add_argument("--jump-layout", action="append", default=[], metavar="LABEL:FEATURES",
+                    help="jump: a prompt layout to compare, e.g. today:-stable_head (repeatable; the same cursors "
+                         "for each, in the order given)")
+    be.add_argument("--background-load", type=int, default=0, metavar="N",
+                    help="keep N cores busy beside the appliance (niced busy loops, as a compile would) while the "
+                         "benchmark runs: the busy-host figure")
     be.set_defaults(func=cmd_bench)
 
     st = sub.add_parser("stats", help="summarise per-request telemetry")
@@ -187,6 +193,7 @@ async def _bridge_typing(typing_file: Path | None, cfg: Any) -> dict[str, Any]:
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.core.features import parse_list
     from ctxpress.evaluation.bench import BenchConfig, final_line, report_lines, run_bench
+    from ctxpress.evaluation.busy import BackgroundLoad
     from ctxpress.evaluation.scenarios import DEFAULT_SCENARIOS
 
     modes = ["baseline", "optimized"] if args.mode == "both" else [args.mode]
@@ -195,17 +202,24 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        layouts = [(label, parse_list(spec) or None)
+                   for label, _, spec in (layout.partition(":") for layout in args.jump_layout)]
+    except ValueError as exc:
+        print(f"error: --jump-layout: {exc}", file=sys.stderr)
+        return 2
     cfg = BenchConfig(settings.effective_nats_url(), settings.completion_subject, modes=modes,
                       requests=args.requests, clients=args.clients, max_seconds=args.max_seconds,
-                      typing_pauses=args.typing_pauses, features=features, kv_pool_slots=settings.kv_pool_slots)
+                      typing_pauses=args.typing_pauses, features=features, kv_pool_slots=settings.kv_pool_slots,
+                      jump_layouts=layouts)
     scenarios = args.scenario or list(DEFAULT_SCENARIOS)
     if "load" in scenarios:
         if scenarios != ["load"]:
             print("error: --scenario load runs alone (it measures the appliance's memory)", file=sys.stderr)
             return 2
         return _load(cfg, args, settings)
-    typing_file = next((f for f in args.file), None) if "typing" in scenarios else None
-    others = [] if scenarios == ["typing"] else args.file
+    typing_file = next((f for f in args.file), None) if {"typing", "jump"} & set(scenarios) else None
+    others = [] if set(scenarios) <= {"typing", "jump"} else args.file
     if args.peer_server is not None and not args.peer_server.is_file():
         print(f"error: --peer-server {args.peer_server}: no such file", file=sys.stderr)
         return 2
@@ -216,6 +230,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: --via {args.via} replays the typing scenario: add --scenario typing", file=sys.stderr)
         return 2
     try:
+        busy = BackgroundLoad(args.background_load)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        busy.start()
         results = asyncio.run(run_bench(cfg, scenarios, typing_file, others))
         if args.peer_server is not None and "typing" in scenarios:
             results["typing"]["peer"] = asyncio.run(_peer_typing(args.peer_server, typing_file, cfg, settings))
@@ -231,6 +251,10 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        busy.stop()
+    if args.background_load:
+        results["host"] = {"background": {"busy_cores": args.background_load, "busy_cpu_s": busy.cpu_s}}
     for line in report_lines(results):
         print(line)
     print(final_line(results))

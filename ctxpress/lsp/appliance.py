@@ -22,7 +22,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from ctxpress.core.errors import CtxpressError
 from ctxpress.core.identity import NatsCredentials
-from ctxpress.core.settings import Settings
+from ctxpress.core.settings import Settings, nats_servers
 from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_FILE_SAVED, CancelRequest
 
 log = logging.getLogger("ctxpress.lsp")
@@ -34,11 +34,19 @@ CONNECT_S = 5.0
 
 
 async def _probe(url: str) -> None:
-    """Raise ``OSError`` at once when nothing listens at ``url`` (first server of a list)."""
-    first = urlparse(url.split(",")[0].strip() if "://" in url else f"nats://{url}")
-    _reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(first.hostname or "127.0.0.1", first.port or 4222), 2.0)
-    writer.close()
+    """Raise ``OSError`` at once when nothing listens at any server of ``url`` (a cluster's comma-separated list)."""
+    failure: OSError | None = None
+    for server in nats_servers(url):
+        where = urlparse(server if "://" in server else f"nats://{server}")
+        try:
+            _reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(where.hostname or "127.0.0.1", where.port or 4222), 2.0)
+        except (OSError, TimeoutError) as exc:
+            failure = exc if isinstance(exc, OSError) else OSError(f"{server}: no answer in 2 s")
+            continue
+        writer.close()
+        return
+    raise failure or OSError(f"no NATS server in {url!r}")
 
 
 def editor_subject(settings: Settings, credentials: NatsCredentials | None, kind: str) -> str:
@@ -101,7 +109,7 @@ class Appliance:
                 # see first whether anything listens, and bound the whole attempt.
                 await _probe(self.url)
                 nc = await asyncio.wait_for(nats.connect(
-                    self.url, name="ctxpress-lsp", connect_timeout=2, allow_reconnect=True,
+                    nats_servers(self.url), name="ctxpress-lsp", connect_timeout=2, allow_reconnect=True,
                     max_reconnect_attempts=-1, reconnect_time_wait=1, **self.connect_options,
                     disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error), CONNECT_S)
             except Exception as exc:

@@ -103,7 +103,7 @@ def test_generated_authorization_gives_each_credential_only_its_subjects(tmp_pat
     alice_hash = identity.bcrypt_hash("alice-password", 4)
     users = _authorization(team.render_authorization(
         settings, [team.TeamUser("alice", alice_hash), team.TeamUser("worker", alice_hash)], services))
-    assert sorted(users) == ["alice", "hooks", "worker"]  # a developer row named "worker" never shadows the service
+    assert sorted(users) == ["alice", "hooks", "indexer", "worker"]  # a developer "worker" never shadows the service
     assert users["alice"]["password"] == alice_hash and alice_hash.startswith("$2a$")
     for name in identity.SERVICE_USERS:  # plain passwords never reach the config
         hashed = users[name]["password"]
@@ -114,8 +114,14 @@ def test_generated_authorization_gives_each_credential_only_its_subjects(tmp_pat
                                              "subscribe": {"allow": ["_INBOX.hooks.>"]}}
     worker = users["worker"]["permissions"]
     assert worker["allow_responses"] is True
-    assert "ctxpress.v1.u.*.>" in worker["subscribe"]["allow"] and "_INBOX.worker.>" in worker["subscribe"]["allow"]
-    assert not any(s.startswith("ctxpress.v1.u.") for s in worker["publish"]["allow"])
+    assert {f"ctxpress.v1.u.*.{kind}" for kind in ("complete", "file_opened", "feedback", "cancel")} <= \
+        set(worker["subscribe"]["allow"]) and "_INBOX.worker.>" in worker["subscribe"]["allow"]
+    assert not any(s.startswith(("ctxpress.v1.u.", "$JS.")) for s in worker["publish"]["allow"])  # no JetStream
+    assert not any(s.endswith((".file_saved", ".index_git", ".>")) for s in worker["subscribe"]["allow"]
+                   if s.startswith("ctxpress.v1.u."))
+    indexer = users["indexer"]["permissions"]
+    assert indexer["publish"] == {"allow": ["$JS.API.>", "$JS.ACK.>"]}
+    assert indexer["subscribe"] == {"allow": [settings.index_status_subject, "_INBOX.indexer.>"]}
 
 
 def test_nats_config_includes_the_users_in_team_mode_only(tmp_path: Path) -> None:
@@ -191,6 +197,25 @@ async def worker_conn(settings: Settings) -> AsyncIterator[Connection]:
     await conn.client.close()
 
 
+@pytest.fixture
+async def indexer_conn(settings: Settings) -> AsyncIterator[Connection]:
+    conn = await connect(settings.effective_nats_url(),
+                         **identity.service_connect_options(settings, identity.INDEXER_USER))
+    yield conn
+    await conn.client.close()
+
+
+async def test_the_completion_worker_cannot_touch_the_index_nor_the_indexer_the_editors(
+        settings: Settings, worker_conn: Connection, indexer_conn: Connection) -> None:
+    with pytest.raises(nats.errors.TimeoutError):  # the server drops a JetStream request the worker may not make
+        await worker_conn.client.jetstream(timeout=1).stream_info(settings.index_stream)
+    assert any("permissions violation" in e for e in worker_conn.errors)
+    await indexer_conn.client.subscribe("ctxpress.v1.u.*.complete")
+    await indexer_conn.client.flush()
+    await asyncio.sleep(0.3)
+    assert any("permissions violation" in e and "complete" in e for e in indexer_conn.errors), indexer_conn.errors
+
+
 async def test_an_unauthenticated_client_cannot_connect(settings: Settings, alice: identity.NatsCredentials) -> None:
     assert alice.ca is not None
     tls = client_context(alice.ca)
@@ -255,8 +280,8 @@ async def test_a_user_cannot_listen_to_other_users_requests_or_replies(alice: id
 
 
 async def test_hooks_publish_index_events_but_not_completion_requests(settings: Settings,
-                                                                     worker_conn: Connection) -> None:
-    await ensure_stream(worker_conn.client.jetstream(), settings)  # as the index worker does at start
+                                                                     indexer_conn: Connection) -> None:
+    await ensure_stream(indexer_conn.client.jetstream(), settings)  # as the index worker does at start
     hooks = identity.load_credentials(identity.service_credentials_path(settings, identity.HOOKS_USER))
     event = json.dumps({"repository": "alpha", "commit": "a" * 40, "hook": "post-commit", "changes": []}).encode()
     client = TinyNats(settings.effective_nats_url(), hooks.user, hooks.password, hooks.ca)  # the hook's own client
@@ -281,9 +306,9 @@ async def test_hooks_publish_index_events_but_not_completion_requests(settings: 
 
 
 async def test_hooks_installed_with_the_hooks_credentials_publish_a_commit(settings: Settings,
-                                                                         worker_conn: Connection,
+                                                                         indexer_conn: Connection,
                                                                          tmp_path: Path) -> None:
-    js = worker_conn.client.jetstream()
+    js = indexer_conn.client.jetstream()
     await ensure_stream(js, settings)
     before = (await js.stream_info(settings.index_stream)).state.last_seq
     hooks_file = tmp_path / "hooks.json"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.parsing import parse_text
 from indexer.summaries import reduce_constant, reduce_import, summarize
-from indexer.symbols import extract_symbols
+from indexer.syntax.parsed_file import parse_text
+from indexer.syntax.symbols.table import extract_symbols
 
 CASES = {
     "python": ("@cache\ndef area(w: float, h: float = 1.0) -> float:\n    \"\"\"Area of a box.\n\n    More.\"\"\"\n"

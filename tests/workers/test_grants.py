@@ -288,6 +288,59 @@ async def test_an_editor_save_is_indexed_only_in_a_granted_repository(team_up: T
     assert rows == [("alpha", "mine.py")]  # the save into beta, which alice lacks, was dropped
 
 
+async def test_a_developers_git_hooks_index_only_the_granted_repository(team_up: Team, tmp_path: Path) -> None:
+    """Hooks installed with a developer's own credentials publish on that developer's subject, so a commit
+    reaches the index only in a repository the developer holds a grant for (no shared hooks credential)."""
+    env = {**team_up.appliance.env, "CTXPRESS_NATS_CREDENTIALS": str(team_up.alice_file)}
+
+    def commit_with_hooks(name: str) -> None:
+        root = make_repo(tmp_path / name, {"hooked/__init__.py": "", f"hooked/{name}_hook.py": CODE})
+        installed = subprocess.run([sys.executable, "-m", "ctxpress.cli", "hooks", "install", str(root),
+                                    "--name", name], env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert installed.returncode == 0, installed.stderr
+        (root / "hooked" / f"{name}_commit.py").write_text(CODE)
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "hooked")  # the post-commit hook publishes as alice
+
+    for name in ("beta", "alpha"):  # alice holds alpha only
+        await asyncio.to_thread(commit_with_hooks, name)
+    query = ("SELECT r.name, f.path FROM indexed_files f JOIN repositories r ON r.id = f.repo_id "
+             "WHERE f.path LIKE 'hooked/%_commit.py'")
+    deadline = time.monotonic() + 60
+    while ("alpha", "hooked/alpha_commit.py") not in (rows := [tuple(r) for r in _rows(team_up.settings, query)]):
+        assert time.monotonic() < deadline, rows
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(2)  # beta's event was published first: it had its chance to land
+    rows = [tuple(r) for r in _rows(team_up.settings, query)]
+    assert rows == [("alpha", "hooked/alpha_commit.py")]  # the commit into beta, which alice lacks, was dropped
+
+
+async def test_the_http_bridge_asks_as_its_user_and_gets_only_the_granted_repository(team_up: Team) -> None:
+    """`ctxpress serve-http` on a developer's machine, with her credentials file and a token: llama.vscode's
+    /infill served in her repository, 403 in one she lacks (the worker's answer, from her subject)."""
+    import aiohttp
+
+    from tests.ctxpress.http.test_serve_http import start_bridge, stop_bridge, vscode_infill
+
+    token = "team-bridge-token-0123456789"
+    env = {**team_up.appliance.env, "CTXPRESS_NATS_CREDENTIALS": str(team_up.alice_file),
+           "CTXPRESS_HTTP_TOKEN": token}
+    bridge = await asyncio.to_thread(start_bridge, env)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+            answers = {}
+            for repository in ("alpha", "beta"):
+                headers = {"Authorization": f"Bearer {token}", "X-Ctxpress-Repository": repository,
+                           "X-Ctxpress-Path": "pkg/math_utils.py"}
+                async with session.post(f"{bridge.url}/infill", json=vscode_infill(), headers=headers) as response:
+                    answers[repository] = (response.status, await response.json())
+    finally:
+        await asyncio.to_thread(stop_bridge, bridge)
+    assert answers["alpha"][0] == 200 and isinstance(answers["alpha"][1].get("content"), str), answers["alpha"]
+    assert answers["beta"][0] == 403, answers["beta"]
+    assert "forbidden" in json.dumps(answers["beta"][1]), answers["beta"]
+
+
 async def test_the_probes_of_up_and_the_supervisor_log_in_as_the_worker(team_up: Team) -> None:
     loop = asyncio.get_running_loop()
     part = CompletionWorkerPart(team_up.settings)
@@ -459,5 +512,6 @@ async def test_an_index_stream_made_before_team_mode_gains_the_per_user_saves(si
     await js.add_stream(old)
     await ensure_stream(js, single_user)
     info = await js.stream_info(single_user.index_stream)
-    assert set(info.config.subjects or ()) == {SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED, "ctxpress.v1.u.*.file_saved"}
+    assert set(info.config.subjects or ()) == {SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED, "ctxpress.v1.u.*.file_saved",
+                                               "ctxpress.v1.u.*.index_git"}
     assert info.config.retention == old.retention and info.config.max_age == old.max_age

@@ -24,7 +24,7 @@ from ctxpress.core.identity import service_connect_options, subject_user, team_m
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
 from indexer.embeddings import AsyncTritonEmbedder
-from indexer.symbols import warm_up
+from indexer.syntax.warm import warm_up
 from serving.triton_client import TritonCompletionClient
 from workers import metrics
 from workers.completion.service import CompletionService

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field, replace
 
 from ctxpress.core.languages import normalize_language
 from ctxpress.core.wire.v1 import wire_lines
-from indexer.parsing import ParsedFile, detect_language, is_supported
 from indexer.summaries import elision_marker
-from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols
+from indexer.syntax.grammars import detect_language, is_supported
+from indexer.syntax.parsed_file import ParsedFile
+from indexer.syntax.symbols.model import FileSymbols
+from indexer.syntax.symbols.table import cheap_symbols, extract_symbols
 from workers.context import steady
 from workers.context.below import fill_below
 from workers.context.class_header import class_header_candidates

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from indexer.summaries import reduce_constant, reduce_import
-from indexer.symbols import FileSymbols, Symbol
+from indexer.syntax.symbols.model import FileSymbols, Symbol
 from workers.context.packing import TIER_IMPORTS, Candidate, Form, Piece
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -16,7 +16,7 @@ block, richest first; packing takes the richest that fits.
 from __future__ import annotations
 
 from indexer.summaries import header_line_range
-from indexer.symbols import FileSymbols, Symbol
+from indexer.syntax.symbols.model import FileSymbols, Symbol
 from workers.context.enclosing import Enclosing
 from workers.context.line_tokens import LineRangeTokens
 from workers.context.packing import TIER_NEARBY, Candidate, Form, Piece

@@ -35,13 +35,17 @@ from sqlalchemy import text as sql
 from sqlalchemy.orm import Session
 
 from ctxpress.core.errors import EmbeddingError
+from ctxpress.core.languages import LINE_COMMENT
 from ctxpress.core.wire.v1 import wire_lines
 from db.chunks import CoarseFiles, SearchHit, coarse_files, search_chunks
 from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys
 from indexer.embeddings import AsyncTritonEmbedder
-from indexer.parsing import LINE_COMMENT, TreeCache, detect_language, is_supported
-from indexer.symbols import FileSymbols, cheap_symbols, extract_symbols, line_references, references_in_range
+from indexer.syntax.grammars import detect_language, is_supported
+from indexer.syntax.symbols.model import FileSymbols
+from indexer.syntax.symbols.references import line_references, references_in_range
+from indexer.syntax.symbols.table import cheap_symbols, extract_symbols
+from indexer.syntax.tree_cache import TreeCache
 
 log = logging.getLogger("ctxpress.context.retrieval")
 

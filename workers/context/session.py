@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from indexer.parsing import TreeCache
+from indexer.syntax.tree_cache import TreeCache
 from workers.context.steady import Held
 
 if TYPE_CHECKING:  # retrieval brings the database client along: explain and the tests of assembly need none

@@ -1,4 +1,5 @@
-"""The cursor line's references: the same receivers as the regex rule they replace, in linear time."""
+"""References from the tree with their receivers; the cursor line's from its text: the same receivers as the
+regex rule they replace, in linear time."""
 
 from __future__ import annotations
 
@@ -8,14 +9,25 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.parsing import parse_text
-from indexer.symbols import _receiver_before, line_references
+from indexer.syntax.parsed_file import parse_text
+from indexer.syntax.symbols.references import _receiver_before, line_references, references_in_range
 
 # The rule as a regex anchored at each name (what line_references computed, quadratically).
 RECEIVER = re.compile(r"([A-Za-z_]\w*|\S)\s*(\.|->|::)\s*$")
 NAME = re.compile(r"[A-Za-z_]\w*")
 
 pieces = st.sampled_from(["a", "b1", "_x", "é", "1", " ", "  ", ".", "->", "::", ":", "-", ">", "(", ")", "\t", "Ab"])
+
+
+def test_references_come_from_the_tree_with_receivers() -> None:
+    text = "def f(self):\n    # helper in a comment\n    s = 'helper'\n    return self.helper(util(x.attr))\n"
+    parsed = parse_text(text, "python")
+    refs = references_in_range(parsed, 0, len(parsed.source))
+    names = [(r.name, r.receiver, r.is_member) for r in refs]
+    assert ("helper", "self", True) in names
+    assert ("util", None, False) in names
+    assert ("attr", "x", True) in names
+    assert sum(1 for r in refs if r.name == "helper") == 1  # not the comment, not the string
 
 
 @settings(max_examples=400, deadline=None, database=None)

@@ -4,31 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from indexer.parsing import TreeCache
-from indexer.symbols import _Extractor, cheap_symbols, extract_symbols
-
-SOURCE = '''import os
-
-
-class Store:
-    """Keeps things."""
-
-    def put(self, key, value):
-        """Store one value."""
-        self.items[key] = value
-        return value
-
-    def get(self, key):
-        return self.items.get(key)
-
-
-def helper(x):
-    return x * 2
-'''
-
-
-def _fields(table):  # type: ignore[no-untyped-def]
-    return [dataclasses.astuple(s) for s in table]
+from indexer.syntax.symbols.extract import Extractor
+from indexer.syntax.symbols.table import cheap_symbols, extract_symbols
+from indexer.syntax.tree_cache import TreeCache
+from tests.indexer.syntax.symbols.store_sample import SOURCE, fields
 
 
 def test_an_edit_inside_a_body_shifts_the_table() -> None:
@@ -38,41 +17,7 @@ def test_an_edit_inside_a_body_shifts_the_table() -> None:
     parsed = cache.get("s.py", edited, "python")
     table = cheap_symbols(parsed)
     assert table is not None and table.shifted
-    assert _fields(table.symbols) == _fields(_Extractor(parsed).run())
-
-
-def test_edits_that_change_the_table_re_extract_the_declarations_they_touch() -> None:
-    for edited, changed in (
-        # a docstring removed: the doc may come from elsewhere
-        (SOURCE.replace('"""Store one value."""', "pass"), lambda t: _named(t, "put").doc is None),
-        (SOURCE.replace("def helper(x):", "def assist(x):"), lambda t: "assist" in _names(t)),  # a name
-        (SOURCE.replace("\n\ndef helper", "\n\nLIMIT = 3\n\n\ndef helper"),  # module level
-         lambda t: _names(t)[-2:] == ["LIMIT", "helper"]),
-        (SOURCE.replace("    def get(self, key):", '    @cached\n    def get(self, key):\n        """Look up."""'),
-         lambda t: _named(t, "get").doc == "Look up." and _named(t, "get").start_line == 11),  # a method's header
-        # dedented out of the class: the class ends before it, and it is a function now
-        (SOURCE.replace("    def get(self, key):\n        return", "def get(self, key):\n    return"),
-         lambda t: _named(t, "get").kind == "function" and _named(t, "Store").end_line == 9),
-    ):
-        cache = TreeCache()
-        extract_symbols(cache.get("s.py", SOURCE, "python"))
-        parsed = cache.get("s.py", edited, "python")
-        table = cheap_symbols(parsed)  # spliced: only the declarations around the edit read again
-        assert table is not None and table.shifted
-        assert _fields(table.symbols) == _fields(_Extractor(parsed).run())
-        assert changed(table.symbols)
-
-
-def test_a_table_read_from_a_broken_tree_is_not_shifted_when_the_tree_mends() -> None:
-    cache = TreeCache()
-    broken = cache.get("s.py", SOURCE.replace("        return value\n", "    if value\n        return value\n"),
-                       "python")
-    assert broken.tree.root_node.has_error
-    extract_symbols(broken)  # a file opened broken: the table of the broken tree
-    mended = cache.get("s.py", SOURCE, "python")
-    table = cheap_symbols(mended)
-    assert table is not None and not table.provisional
-    assert _fields(table.symbols) == _fields(_Extractor(mended).run())
+    assert fields(table.symbols) == fields(Extractor(parsed).run())
 
 
 def test_a_provisional_table_is_not_carried_past_an_edit_in_another_function() -> None:
@@ -85,14 +30,6 @@ def test_a_provisional_table_is_not_carried_past_an_edit_in_another_function() -
     assert cheap_symbols(cache.get("s.py", elsewhere, "python")) is None
 
 
-def _names(symbols):  # type: ignore[no-untyped-def]
-    return [s.name for s in symbols]
-
-
-def _named(symbols, name):  # type: ignore[no-untyped-def]
-    return next(s for s in symbols if s.name == name)
-
-
 def test_typing_a_docstrings_doc_line_changes_only_that_doc() -> None:
     cache = TreeCache()
     extract_symbols(cache.get("s.py", SOURCE, "python"))
@@ -100,7 +37,7 @@ def test_typing_a_docstrings_doc_line_changes_only_that_doc() -> None:
     table = cheap_symbols(parsed)
     assert table is not None and table.shifted
     assert next(s for s in table.symbols if s.name == "put").doc == "Store a value, or two."
-    assert _fields(table.symbols) == _fields(_Extractor(parsed).run())
+    assert fields(table.symbols) == fields(Extractor(parsed).run())
 
 
 def test_an_edit_inside_a_parameter_list_shifts_the_table() -> None:
@@ -112,7 +49,7 @@ def test_an_edit_inside_a_parameter_list_shifts_the_table() -> None:
     parsed = cache.get("s.py", edited, "python")
     table = cheap_symbols(parsed)
     assert table is not None and table.shifted and not table.provisional
-    assert _fields(table.symbols) == _fields(_Extractor(parsed).run())
+    assert fields(table.symbols) == fields(Extractor(parsed).run())
 
 
 def test_a_tree_broken_by_typing_keeps_the_last_sound_table_until_it_is_whole() -> None:
@@ -144,7 +81,7 @@ def test_an_edit_below_the_doc_line_of_a_docstring_shifts() -> None:
     parsed = cache.get("s.py", edited, "python")
     table = cheap_symbols(parsed)
     assert table is not None and table.shifted
-    assert _fields(table.symbols) == _fields(_Extractor(parsed).run())
+    assert fields(table.symbols) == fields(Extractor(parsed).run())
 
 
 def test_the_cursor_line_blanked_keeps_the_table_equal_to_a_fresh_one() -> None:
@@ -157,7 +94,7 @@ def test_the_cursor_line_blanked_keeps_the_table_equal_to_a_fresh_one() -> None:
         table = cheap_symbols(parsed) or extract_symbols(parsed)
         # Equal but for where a block ending on the blanked line ends within it (the shifted table
         # keeps the whole line, a fresh tree ends after the placeholder).
-        fresh = _Extractor(parsed).run()
+        fresh = Extractor(parsed).run()
         assert [dataclasses.replace(s, end_byte=0, body_end_byte=0) for s in table.symbols] == [
             dataclasses.replace(s, end_byte=0, body_end_byte=0) for s in fresh]
         assert all(a.end_byte == b.end_byte or a.end_line == line for a, b in zip(table.symbols, fresh, strict=True))

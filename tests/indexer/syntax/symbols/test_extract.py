@@ -1,11 +1,11 @@
-"""Blocks and references per language."""
+"""Blocks per language: what the extractor and each language's classifier read from a tree."""
 
 from __future__ import annotations
 
 import pytest
 
-from indexer.parsing import parse_text
-from indexer.symbols import extract_symbols, references_in_range
+from indexer.syntax.parsed_file import parse_text
+from indexer.syntax.symbols.table import extract_symbols
 
 CASES: dict[str, tuple[str, set[tuple[str, str]]]] = {
     "python": (
@@ -85,21 +85,10 @@ def test_enclosing_function_is_the_named_block_not_a_closure() -> None:
     assert table.enclosing_function(2).name == "outer"  # type: ignore[union-attr]
 
 
-def test_references_come_from_the_tree_with_receivers() -> None:
-    text = "def f(self):\n    # helper in a comment\n    s = 'helper'\n    return self.helper(util(x.attr))\n"
-    parsed = parse_text(text, "python")
-    refs = references_in_range(parsed, 0, len(parsed.source))
-    names = [(r.name, r.receiver, r.is_member) for r in refs]
-    assert ("helper", "self", True) in names
-    assert ("util", None, False) in names
-    assert ("attr", "x", True) in names
-    assert sum(1 for r in refs if r.name == "helper") == 1  # not the comment, not the string
-
-
 def test_function_with_an_empty_body_being_typed() -> None:
     # The body was blanked out (the developer is typing it): no docstring, no crash.
-    from indexer.parsing import parse_text
-    from indexer.symbols import extract_symbols
+    from indexer.syntax.parsed_file import parse_text
+    from indexer.syntax.symbols.table import extract_symbols
 
     table = extract_symbols(parse_text("def distance(a, b):\n\ndef other():\n    return 1\n", "python", "x.py"))
     assert [s.name for s in table.symbols if s.kind == "function"] == ["distance", "other"]

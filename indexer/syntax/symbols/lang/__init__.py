@@ -1,0 +1,1 @@
+"""One declaration classifier per language, as ``indexer.syntax.symbols.extract`` dispatches to them."""

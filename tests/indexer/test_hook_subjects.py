@@ -1,0 +1,13 @@
+"""The git hook's publisher runs without the package: its subjects must be the ones the package states."""
+
+from __future__ import annotations
+
+from ctxpress.core import identity
+from ctxpress.core.wire.v1 import SUBJECT_INDEX_GIT
+from indexer import hook_publish
+
+
+def test_the_hook_publishes_on_the_subjects_the_stream_captures() -> None:
+    assert hook_publish.SUBJECT == SUBJECT_INDEX_GIT
+    assert hook_publish.HOOKS_USER == identity.HOOKS_USER
+    assert hook_publish.USER_SUBJECT.format(user="alice") == identity.user_subject("alice", "index_git")
