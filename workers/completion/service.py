@@ -60,6 +60,9 @@ EXACT_FILE_TOKENS_CHARS = 256 * 1024
 
 
 class CompletionService:
+    """One worker's requests: each stage a part of its own (context, chunks, observe, engine_load), run in
+    order by ``_complete``; the per-file state (sessions) and the file store shared by all requests."""
+
     def __init__(
         self,
         settings: Settings,

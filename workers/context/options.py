@@ -38,7 +38,7 @@ class AssemblyOptions:
     summaries: bool = _switch("summaries")
     nearby_first: bool = _switch("nearby_first")
     similar: bool = _switch("similar")
-    # in a file of at most FILL_MAX_FILE_BUDGETS budgets, the budget left after packing goes to the lines below
+    # in a short file, the budget left after packing goes to the lines below the block (below.py)
     fill_below: bool = _switch("fill_below")
     steady_excerpts: bool = _switch("steady_excerpts")
 
