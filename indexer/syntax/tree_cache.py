@@ -1,4 +1,4 @@
-"""A per-file parse-tree cache (``TreeCache``, the process-wide ``TREE_CACHE``), updated incrementally.
+"""A per-file parse-tree cache (``TreeCache``; the workers keep one per file session), updated incrementally.
 
 The completion hot path re-parses the same file on every keystroke, so trees are kept per
 file and updated incrementally: the new text is diffed against the cached one (common
@@ -226,6 +226,3 @@ def _point_at(source: bytes, offset: int) -> Point:
     line_start = source.rfind(b"\n", 0, offset) + 1
     return Point(row, offset - line_start)
 
-
-# The process-wide cache the context assembler uses.
-TREE_CACHE = TreeCache()
