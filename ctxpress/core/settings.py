@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from ctxpress.core.database import database_url, stored_password
 from ctxpress.core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
 
+# stable_head: the file head's share of the context budget (measured: docs/context.md)
+DEFAULT_HEAD_SHARE = 0.5
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CTXPRESS_", extra="ignore")
@@ -97,6 +99,8 @@ class Settings(BaseSettings):
     # 2,048 so a cold baseline prompt stays within tens of seconds on a 2-core CPU engine.
     baseline_budget_tokens: int = 2048
     context_budget_tokens: int = 1024  # optimized mode: the seed's personal-scale budget
+    # stable_head: the share of that budget the file's head takes (workers/context/file_head.py)
+    context_head_share: float = Field(default=DEFAULT_HEAD_SHARE, ge=0.0, le=0.9)
     # Above this much CPU time, optimized context assembly gives up and the baseline window is used.
     assembly_timeout_ms: float = 20.0
     default_max_tokens: int = 64

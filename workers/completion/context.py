@@ -86,7 +86,8 @@ class ContextPreparer:
 
         options = AssemblyOptions.with_features(
             enabled, budget_tokens=budget, timeout_ms=self.settings.assembly_timeout_ms, language=request.language,
-            recent_edit_lines=request.recent_edits or (), fallback=fallback)
+            recent_edit_lines=request.recent_edits or (), fallback=fallback,
+            head_share=self.settings.context_head_share)
         ctx = assemble_context(text, request.path, request.line, request.column, count_tokens=self.count_tokens,
                                options=options, session=self.sessions.get(request.repository, request.path))
         report = ContextReport(

@@ -32,6 +32,7 @@ from workers.context import steady
 from workers.context.below import fill_below
 from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
+from workers.context.file_head import FileHead
 from workers.context.imports import import_candidates
 from workers.context.line_tokens import LineRangeTokens, exact_counter, line_range_estimator
 from workers.context.model import AssembledContext, ContextBlock
@@ -130,9 +131,12 @@ class _Assembly:
         self.exact = exact_counter(self.count_tokens)
         self.file_lines = wire_lines(self.text)
 
+    head: FileHead | None = None  # stable_head: what the cursor's part is assembled beside
+
     @property
     def budget(self) -> int:
-        return self.options.budget_tokens
+        """The cursor's part of the prompt: the budget less the file's head."""
+        return self.options.budget_tokens - (self.head.tokens if self.head is not None else 0)
 
     def prompt_tokens(self, prefix: str, suffix: str) -> int:
         return self.exact(prefix) + self.exact(suffix)
@@ -271,8 +275,18 @@ def _assemble(
         raise _ParseFailure("no declarations recognised in an erroneous tree")
     clock.check("symbols")
     a = _Assembly(text, path, lang, line, column, options, parsed, table, count_tokens, clock)
+    if options.stable_head:
+        a.head = session.file_head(table, lang, a.file_lines, int(options.budget_tokens * options.head_share), a.exact)
+        clock.check("head")
+    return _with_head(a, _assemble_cursor_part(a, session))
+
+
+def _assemble_cursor_part(a: _Assembly, session: FileSession) -> AssembledContext:
+    """Everything of the prompt that depends on the cursor: the enclosing block and the excerpts beside it."""
+    text, line, options, parsed, clock = a.text, a.line, a.options, a.parsed, a.clock
     # what the held excerpts were chosen with: any change chooses afresh
-    steady_options = (lang, a.budget, options.summaries, options.nearby_first, options.similar, options.fill_below)
+    steady_options = (a.lang, a.budget, options.summaries, options.nearby_first, options.similar, options.fill_below,
+                      options.stable_head)
     kept = (steady.lookup(session.steady, text, steady_options, options.recent_edit_lines)
             if options.steady_excerpts else None)
     if kept is not None:
@@ -310,6 +324,21 @@ def _assemble(
     )
 
 
+def _with_head(a: _Assembly, ctx: AssembledContext) -> AssembledContext:
+    """The file's head before the cursor's part (stable_head); the cursor's part alone otherwise."""
+    head = a.head
+    if head is None or not head.text:
+        return ctx
+    ctx.prefix = head.text + ctx.prefix
+    ctx.context_tokens += head.tokens
+    ctx.stable_chars += len(head.text)
+    ctx.blocks.insert(0, ContextBlock(
+        kind="head", name=f"file head: imports and {head.symbols} declarations", start_line=0,
+        end_line=max(head.last_line, 0), form="summary", tokens=head.tokens,
+        reason="the same for every cursor in this version of the file (stable_head)"))
+    return ctx
+
+
 def _pack(a: _Assembly) -> _Packed:
     """The enclosing block and the excerpts that fit beside it. An enclosing block cut to the budget may still
     leave the rendered prompt over it (markers, merges): it is cut again by the excess, at most three times."""
@@ -336,6 +365,8 @@ def _candidates_beside(a: _Assembly, enc: Enclosing, remaining: int) -> tuple[li
     """Every source's candidates for the room ``remaining`` beside ``enc``, and the tokens held for the nearby
     lines (nearby_first)."""
     candidates = _candidates(a.table, enc, a.line, a.options.recent_edit_lines)
+    if a.head is not None and a.head.imports:  # the head lists them all
+        candidates = [c for c in candidates if c.key != "imports"]
     if a.options.similar:
         candidates += similar_candidates(a.parsed, a.line, a.column, enc.shown_ranges, a.estimate_lines,
                                          a.marker_tokens)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ctxpress.core.features import REGISTRY
+from ctxpress.core.settings import DEFAULT_HEAD_SHARE
 from workers.context.model import DEFAULT_BUDGET_TOKENS
 
 
@@ -41,6 +42,8 @@ class AssemblyOptions:
     # in a short file, the budget left after packing goes to the lines below the block (below.py)
     fill_below: bool = _switch("fill_below")
     steady_excerpts: bool = _switch("steady_excerpts")
+    stable_head: bool = _switch("stable_head")
+    head_share: float = DEFAULT_HEAD_SHARE  # stable_head: the head's share of the budget
 
     @classmethod
     def with_features(cls, features: Mapping[str, bool], **options: Any) -> AssemblyOptions:

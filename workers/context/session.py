@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from indexer.syntax.symbols.model import FileSymbols
 from indexer.syntax.tree_cache import TreeCache
+from workers.context.file_head import FileHead, file_head
 from workers.context.steady import Held
 
 if TYPE_CHECKING:  # retrieval brings the database client along: explain and the tests of assembly need none
@@ -46,8 +49,25 @@ class FileSession:
         # another replaces it, as an edit would.
         self.trees = TreeCache(max_files=1)
         self.steady: Held | None = None
+        self._head: tuple[tuple[str, int, bytes], FileHead] | None = None  # (its key, the head)
         self._chunks: HeldChunks | None = None
         self._lock = threading.Lock()
+
+    def file_head(self, table: FileSymbols, language: str, file_lines: list[str], budget_tokens: int,
+                  count_tokens: Callable[[str], int]) -> FileHead:
+        """The file's head (file_head.py) for this version of its text: worked out once per version."""
+        key = (language, budget_tokens, table.parsed.source)
+        held = self._head
+        if held is not None and held[0] == key:
+            return held[1]
+        head = file_head(table, language, file_lines, budget_tokens, count_tokens)
+        self._head = (key, head)
+        return head
+
+    @property
+    def head(self) -> FileHead | None:
+        """The head last worked out for this file (None: none yet)."""
+        return self._head[1] if self._head is not None else None
 
     def take_chunks(self) -> HeldChunks | None:
         """The held chunks, no longer held (a request puts back what it places)."""

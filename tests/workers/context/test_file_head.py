@@ -1,0 +1,71 @@
+"""The file's head (stable_head): the same for every cursor in a file, changed only by what it shows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from ctxpress.core.settings import DEFAULT_HEAD_SHARE
+from ctxpress.evaluation.bench import BenchConfig, jump_cursors, third_party_root
+from ctxpress.evaluation.cases import cut_out
+from workers.context.assemble import assemble_context
+from workers.context.model import AssembledContext
+from workers.context.options import AssemblyOptions
+from workers.context.session import FileSession
+
+LONG_FILE = third_party_root() / "engine" / "result.py"  # SQLAlchemy, 2,000+ lines
+BUDGET = 1024
+
+
+def _assemble(text: str, line: int, column: int, count: Callable[[str], int], session: FileSession,
+              stable_head: bool = True) -> AssembledContext:
+    return assemble_context(text, "engine/result.py", line, column, count_tokens=count,
+                            options=AssemblyOptions(budget_tokens=BUDGET, timeout_ms=60_000, stable_head=stable_head),
+                            session=session)
+
+
+@pytest.fixture(scope="module")
+def cursors() -> list[tuple[str, int, int]]:
+    text = LONG_FILE.read_text(encoding="utf-8")
+    cases = jump_cursors(LONG_FILE, BenchConfig("nats://unused", "unused", jump_cursors=4))
+    assert len(cases) == 4
+    return [(cut_out(text, c.line, c.column)[0], c.line, c.column) for c in cases]
+
+
+
+def test_every_cursor_of_the_file_gets_the_same_head_first(cursors: list[tuple[str, int, int]],
+                                                           count_tokens: Callable[[str], int]) -> None:
+    session = FileSession("sqlalchemy", "engine/result.py")
+    contexts = [_assemble(text, line, column, count_tokens, session) for text, line, column in cursors]
+    heads = {ctx.blocks[0].kind for ctx in contexts}
+    assert heads == {"head"}
+    tokens = {ctx.blocks[0].tokens for ctx in contexts}
+    assert len(tokens) == 1 and 0 < tokens.pop() <= BUDGET * DEFAULT_HEAD_SHARE
+    common = min(len(ctx.prefix) for ctx in contexts)
+    first = contexts[0].prefix
+    shared = next((i for i in range(common) if any(ctx.prefix[i] != first[i] for ctx in contexts)), common)
+    head_text = session.head.text if session.head else ""
+    assert head_text and shared >= len(head_text)  # the whole head, identical, leads every prompt
+    for ctx in contexts:
+        assert ctx.context_tokens <= BUDGET
+        assert ctx.prefix[len(head_text):].count("from typing import") == 0  # the imports are not repeated
+    today = [_assemble(text, line, column, count_tokens, FileSession("r", "p"), stable_head=False)
+             for text, line, column in cursors[:2]]
+    assert all(ctx.blocks[0].kind != "head" for ctx in today)
+
+
+def test_an_edit_in_a_body_keeps_the_head_and_an_import_changes_it(cursors: list[tuple[str, int, int]],
+                                                                   count_tokens: Callable[[str], int]) -> None:
+    text, line, column = cursors[0]
+    session = FileSession("sqlalchemy", "engine/result.py")
+    before = _assemble(text, line, column, count_tokens, session)
+    head = session.head.text if session.head else ""
+    lines = text.split("\n")
+    lines[line] = lines[line] + "  # typed"  # inside a function body (the cursor's line)
+    typed = _assemble("\n".join(lines), line, column, count_tokens, session)
+    assert typed.prefix.startswith(head) and before.prefix.startswith(head)
+    imported = text.replace("from typing import Any\n", "from typing import Any, Final\n", 1)
+    assert imported != text
+    changed = _assemble(imported, line, column, count_tokens, session)
+    assert not changed.prefix.startswith(head) and "Final" in changed.prefix
