@@ -21,7 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from ctxpress.evaluation.bench import BenchConfig, Sample, TypingStep, replay_typing, typing_plan
+from ctxpress.evaluation.bench import BenchConfig, TypingStep, replay_typing, typing_plan
+from ctxpress.evaluation.bench_report import Sample
 from ctxpress.evaluation.peer import peer_reply, stop_process, vscode_request
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile

@@ -153,7 +153,8 @@ async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,
                          fast_typist: bool) -> dict[str, dict[str, Any]]:
     """The typing replay through `ctxpress lsp` (and, with ``fast_typist``, the superseding typist
     with and without abandoning superseded requests in the appliance)."""
-    from ctxpress.evaluation.bench import summarise, third_party_root
+    from ctxpress.evaluation.bench import third_party_root
+    from ctxpress.evaluation.bench_report import summarise
     from ctxpress.evaluation.editor_replay import (
         FAST_TYPIST_KEYSTROKES,
         editor_overhead,
@@ -181,7 +182,8 @@ async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,
 
 async def _bridge_typing(typing_file: Path | None, cfg: Any) -> dict[str, Any]:
     """The typing replay through `ctxpress serve-http`, asked as llama.vscode asks."""
-    from ctxpress.evaluation.bench import summarise, third_party_root
+    from ctxpress.evaluation.bench import third_party_root
+    from ctxpress.evaluation.bench_report import summarise
     from ctxpress.evaluation.bridge_replay import bridge_overhead, typing_via_infill
     from ctxpress.evaluation.progress import Progress
 
@@ -192,7 +194,8 @@ async def _bridge_typing(typing_file: Path | None, cfg: Any) -> dict[str, Any]:
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.core.features import parse_list
-    from ctxpress.evaluation.bench import BenchConfig, final_line, report_lines, run_bench
+    from ctxpress.evaluation.bench import BenchConfig, run_bench
+    from ctxpress.evaluation.bench_report import final_line, report_lines
     from ctxpress.evaluation.busy import BackgroundLoad
     from ctxpress.evaluation.scenarios import DEFAULT_SCENARIOS
 
@@ -262,7 +265,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _peer_typing(binary: Path, typing_file: Path | None, cfg: Any, settings: Settings) -> dict[str, Any]:
-    from ctxpress.evaluation.bench import summarise, third_party_root
+    from ctxpress.evaluation.bench import third_party_root
+    from ctxpress.evaluation.bench_report import summarise
     from ctxpress.evaluation.peer import peer_typing
     from ctxpress.evaluation.progress import Progress
     from serving.weights import TARGET, ensure_model

@@ -23,7 +23,8 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 
-from ctxpress.evaluation.bench import BenchConfig, Sample, suggestion_matches, typed_body
+from ctxpress.evaluation.bench import BenchConfig, suggestion_matches, typed_body
+from ctxpress.evaluation.bench_report import Sample
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
 from ctxpress.lsp.server import STATUS_NOTIFICATION

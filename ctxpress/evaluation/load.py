@@ -30,7 +30,8 @@ from nats.errors import TimeoutError as NatsTimeout
 from ctxpress.client import CompletionClient
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import FileOpened
-from ctxpress.evaluation.bench import BenchConfig, Sample, _step_request, third_party_root, typing_plan
+from ctxpress.evaluation.bench import BenchConfig, _step_request, third_party_root, typing_plan
+from ctxpress.evaluation.bench_report import Sample
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
 

@@ -24,7 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ctxpress.evaluation.bench import BenchConfig, Sample, TypingStep, replay_typing, typing_plan
+from ctxpress.evaluation.bench import BenchConfig, TypingStep, replay_typing, typing_plan
+from ctxpress.evaluation.bench_report import Sample
 from ctxpress.evaluation.progress import Progress
 
 PREFIX_LINES = 256

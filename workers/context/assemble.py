@@ -32,7 +32,7 @@ from workers.context import steady
 from workers.context.below import fill_below
 from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
-from workers.context.file_head import FileHead
+from workers.context.file_head import FileHead, with_head
 from workers.context.imports import import_candidates
 from workers.context.line_tokens import LineRangeTokens, exact_counter, line_range_estimator
 from workers.context.model import AssembledContext, ContextBlock
@@ -278,7 +278,7 @@ def _assemble(
     if options.stable_head:
         a.head = session.file_head(table, lang, a.file_lines, int(options.budget_tokens * options.head_share), a.exact)
         clock.check("head")
-    return _with_head(a, _assemble_cursor_part(a, session))
+    return with_head(_assemble_cursor_part(a, session), a.head)
 
 
 def _assemble_cursor_part(a: _Assembly, session: FileSession) -> AssembledContext:
@@ -322,21 +322,6 @@ def _assemble_cursor_part(a: _Assembly, session: FileSession) -> AssembledContex
         fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0, timings_ms=clock.timings,
         stable_chars=len(rendered.excerpt_text),
     )
-
-
-def _with_head(a: _Assembly, ctx: AssembledContext) -> AssembledContext:
-    """The file's head before the cursor's part (stable_head); the cursor's part alone otherwise."""
-    head = a.head
-    if head is None or not head.text:
-        return ctx
-    ctx.prefix = head.text + ctx.prefix
-    ctx.context_tokens += head.tokens
-    ctx.stable_chars += len(head.text)
-    ctx.blocks.insert(0, ContextBlock(
-        kind="head", name=f"file head: imports and {head.symbols} declarations", start_line=0,
-        end_line=max(head.last_line, 0), form="summary", tokens=head.tokens,
-        reason="the same for every cursor in this version of the file (stable_head)"))
-    return ctx
 
 
 def _pack(a: _Assembly) -> _Packed:

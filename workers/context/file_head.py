@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from indexer.summaries import reduce_import
 from indexer.syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
 from workers.context.blocks import summary_piece
+from workers.context.model import AssembledContext, ContextBlock
 from workers.context.packing import Piece, render_excerpts
 
 OUTLINE_KINDS = frozenset({"function", "method", "constructor", "constant", "variable", "type", "macro",
@@ -80,3 +81,17 @@ def file_head(table: FileSymbols, language: str, file_lines: list[str], budget_t
                             pieces)
         kept.pop()
     return FileHead("", 0, -1, 0, False)
+
+
+def with_head(ctx: AssembledContext, head: FileHead | None) -> AssembledContext:
+    """The file's head before the cursor's part (stable_head); the cursor's part alone without one."""
+    if head is None or not head.text:
+        return ctx
+    ctx.prefix = head.text + ctx.prefix
+    ctx.context_tokens += head.tokens
+    ctx.stable_chars += len(head.text)
+    ctx.blocks.insert(0, ContextBlock(
+        kind="head", name=f"file head: imports and {head.symbols} declarations", start_line=0,
+        end_line=max(head.last_line, 0), form="summary", tokens=head.tokens,
+        reason="the same for every cursor in this version of the file (stable_head)"))
+    return ctx
