@@ -61,7 +61,7 @@ from workers.context.window import baseline_window, clamp_cursor
 
 log = logging.getLogger("ctxpress.context")
 
-# Fallbacks by cause ("unsupported-language", "parse-failure", "timeout", "error"); the worker
+# Fallbacks by cause ("unsupported-language", "parse-failure", "block-over-budget", "timeout", "error"); the worker
 # exports these as metrics.
 FALLBACK_COUNTS: Counter[str] = Counter()
 
@@ -82,6 +82,11 @@ class _Timeout(Exception):
 
 class _ParseFailure(Exception):
     pass
+
+
+class _BlockOverBudget(Exception):
+    """The cursor's block cut to its least (the cursor line up to the cursor, and the suffix's first line) is
+    still over the budget: nothing the packer may drop would bring the prompt within it."""
 
 
 class _Clock:
@@ -218,6 +223,8 @@ def assemble_context(
     except _ParseFailure as exc:
         return _fallback(text, line, column, count_tokens, options, t0, "parse-failure",
                          f"parse failure: {exc}", base)
+    except _BlockOverBudget as exc:
+        return _fallback(text, line, column, count_tokens, options, t0, "block-over-budget", str(exc), base)
     except Exception as exc:  # never fail the request over its context: degrade and say why
         log.exception("context assembly failed for %s", path)
         return _fallback(text, line, column, count_tokens, options, t0, "error",
@@ -343,6 +350,8 @@ def _pack(a: _Assembly) -> _Packed:
         if packed.total <= a.budget:
             break
         enclosing_budget = max(1, enclosing_budget - (packed.total - a.budget) - a.marker_tokens)
+    if packed.total > a.budget and not packed.chosen:
+        raise _BlockOverBudget(f"the cursor's block alone takes {packed.total} tokens of a {a.budget}-token budget")
     return packed
 
 

@@ -47,3 +47,14 @@ def test_assembly_never_fails_on_random_source(text: str, data: st.DataObject, l
     assert ctx.prefix.endswith(lines[line][:column])
     cleaned = clean_completion(data.draw(st.text(max_size=200)), ctx.suffix)
     assert isinstance(cleaned, str)
+
+
+def test_a_cursor_block_over_the_budget_falls_back_instead_of_overrunning_it(
+        count_tokens: Callable[[str], int]) -> None:
+    """A line of 200 brackets with the cursor in its middle, 64 tokens of budget: the block cannot be cut
+    below the cursor line, so the assembler says so and the request gets the window within the budget."""
+    text = "int f() {\n" + "(" * 200 + "\n}\n"
+    ctx = assemble_context(text, "f.c", 1, 100, count_tokens=count_tokens,
+                           options=AssemblyOptions(budget_tokens=64, language="c", timeout_ms=2_000))
+    assert ctx.strategy == "window-fallback"
+    assert ctx.fallback_reason is not None and "block alone" in ctx.fallback_reason
