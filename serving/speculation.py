@@ -20,8 +20,12 @@ included. The seed's fixed rule (draft model above 1,024 tokens) is only its sta
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from serving.kv_pool import common_prefix
+from serving.llama_runner import LlamaRunner
 
 
 def ngram_proposal(history: Sequence[int], k: int, *, max_n: int = 4, min_n: int = 2,
@@ -42,6 +46,36 @@ def ngram_proposal(history: Sequence[int], k: int, *, max_n: int = 4, min_n: int
                     return follow
                 break
     return []
+
+
+class DraftModel:
+    """A smaller model proposing k greedy tokens; keeps the KV of the last history it saw."""
+
+    def __init__(self, runner: LlamaRunner) -> None:
+        self.runner = runner
+        self.tokens: list[int] = []
+
+    def propose(self, history: Sequence[int], k: int) -> tuple[list[int], int, float, float]:
+        """Returns (drafts, history tokens processed, ms for them, ms for the k tokens)."""
+        r = self.runner
+        keep = min(common_prefix(self.tokens, history), max(len(history) - 1, 0))
+        if len(history) + k + 1 > r.n_ctx:
+            return [], 0, 0.0, 0.0
+        r.remove(0, keep)
+        t0 = time.perf_counter()
+        r.decode(0, history[keep:], keep, all_logits=False)
+        t1 = time.perf_counter()
+        self.tokens = list(history)
+        drafts: list[int] = []
+        for _ in range(k):
+            tok = r.argmax(-1)
+            drafts.append(tok)
+            if r.is_eog(tok) or len(drafts) == k:
+                break
+            r.decode(0, [tok], len(self.tokens), all_logits=False)
+            self.tokens.append(tok)
+        t2 = time.perf_counter()
+        return drafts, len(history) - keep, (t1 - t0) * 1000, (t2 - t1) * 1000
 
 
 def expected_tokens_per_step(acceptance: float, k: int) -> float:

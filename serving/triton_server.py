@@ -31,7 +31,9 @@ import numpy as np
 
 from ctxpress.core import inference
 from ctxpress.core.settings import Settings, get_settings
-from serving.cpu_engine import EngineConfig, GaveWay, GenerationChunk, GenerationFigures, LlamaEngine
+from serving.cpu_engine import LlamaEngine
+from serving.engine_config import EngineConfig
+from serving.generation import GaveWay, GenerationChunk, GenerationFigures
 from serving.scheduler import WINDOW_S, LatencyFirstScheduler, Ticket
 from serving.weights import draft_model_path
 

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from serving.cpu_engine import YIELD_CHUNK, EngineConfig, GaveWay, LlamaEngine
+from serving.cpu_engine import YIELD_CHUNK, LlamaEngine
+from serving.engine_config import EngineConfig
 from serving.fim import STOP_WORDS
+from serving.generation import GaveWay
 from tests.serving.prompts import fim_prompts as _prompts
 
 pytestmark = pytest.mark.services  # loads the real model

@@ -54,9 +54,9 @@ def test_markers_name_exactly_the_templates_own_special_tokens(layout: dict[str,
 
 @pytest.fixture(scope="module")
 def runner(model_path: Path) -> Any:
-    from serving.cpu_engine import _Runner
+    from serving.llama_runner import LlamaRunner
 
-    return _Runner(model_path, n_ctx=256, n_slots=1, n_threads=1, n_batch=64, kv_type="f16")
+    return LlamaRunner(model_path, n_ctx=256, n_slots=1, n_threads=1, n_batch=64, kv_type="f16")
 
 
 def test_a_document_holding_marker_strings_is_tokenized_as_text(runner: Any) -> None:

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from serving.cpu_engine import DISK_MIN_TOKENS, EngineConfig, LlamaEngine
+from serving.cpu_engine import LlamaEngine
+from serving.engine_config import EngineConfig
 from serving.fim import STOP_WORDS
 from serving.kv_disk import KVDiskTier
+from serving.pool_disk import DISK_MIN_TOKENS
 from tests.serving.prompts import fim_prompts
 
 TOKENS = list(range(100, 400))
@@ -94,7 +96,7 @@ def test_an_evicted_file_and_the_pool_after_a_restart_come_back_from_disk(model_
 
     # a damaged file is not used: the prompt is processed again and the completion is the same
     restarted.save_pool()
-    path = restarted.disk.path_for("repo:second.py") if restarted.disk else None
+    path = restarted.disk.tier.path_for("repo:second.py") if restarted.disk else None
     assert path is not None and path.exists()
     path.write_bytes(path.read_bytes()[:-100])
     text2, fresh = _completion(restarted, second, "repo:second.py")

@@ -1,0 +1,45 @@
+"""What a request gets back from the CPU engine: the completion in chunks, the figures of its run, and
+``GaveWay`` when its prompt processing stepped aside for a request due earlier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class GaveWay(Exception):
+    """Prompt processing stopped between chunks for a request due earlier; the KV processed so
+    far stays in the file's sequence. Handed back as ``carried`` when the request runs again:
+    ``processed`` prompt tokens and ``prompt_ms`` over its attempts so far, ``times`` it gave way."""
+
+    def __init__(self, processed: int, prompt_ms: float, times: int) -> None:
+        super().__init__(f"gave way after {processed} prompt tokens")
+        self.processed = processed
+        self.prompt_ms = prompt_ms
+        self.times = times
+
+
+@dataclass
+class GenerationFigures:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    draft_proposed: int = 0
+    draft_accepted: int = 0
+    draft_steps: int = 0
+    speculation: str = "none"
+    finish_reason: str = "stop"
+    prompt_ms: float = 0.0
+    decode_ms: float = 0.0
+    kv_bytes: int = 0
+    evicted: int = 0
+    gave_way: int = 0  # times its prompt processing stepped aside for a request due earlier
+    restored_tokens: int = 0  # of cached_tokens, read back from the disk tier
+    restore_ms: float = 0.0
+    token_ids: list[int] = field(default_factory=list)  # the completion's tokens (for verification)
+
+
+@dataclass
+class GenerationChunk:
+    text: str
+    figures: GenerationFigures
+    final: bool = False
