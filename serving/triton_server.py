@@ -123,6 +123,39 @@ def _response(text: str, figures: GenerationFigures) -> dict[str, np.ndarray]:
     }
 
 
+@dataclass(frozen=True)
+class _Request:
+    """One completion request's inputs, decoded from Triton's tensors."""
+
+    prompt: str
+    max_tokens: int
+    stream: bool
+    temperature: float
+    stop: list[str]
+    cache_key: str | None
+    speculation: str | None
+    budget_ms: int  # the caller's deadline from now (0: none)
+    markers: list[int] | None  # where the template's special tokens are (None: parse the whole prompt)
+    request_id: str | None
+
+    @classmethod
+    def of(cls, inputs: dict[str, np.ndarray]) -> _Request:
+        raw = _scalar(inputs, "text_input", b"")
+        raw_markers = inputs.get(inference.CTX_TEMPLATE_MARKERS)
+        return cls(
+            prompt=raw.decode("utf-8") if isinstance(raw, bytes) else str(raw),
+            max_tokens=int(_scalar(inputs, "max_tokens", 64)),
+            stream=bool(_scalar(inputs, "stream", False)),
+            temperature=float(_scalar(inputs, "temperature", 0.0)),
+            stop=_decode_list(inputs.get("stop_words")),
+            cache_key=_text(inputs, inference.CTX_CACHE_KEY) or None,
+            speculation=_text(inputs, inference.CTX_SPECULATION) or None,
+            budget_ms=int(_scalar(inputs, inference.CTX_DEADLINE_MS, 0)),
+            markers=None if raw_markers is None else [int(m) for m in np.asarray(raw_markers).reshape(-1)],
+            request_id=_text(inputs, inference.CTX_REQUEST_ID) or None,
+        )
+
+
 @dataclass
 class Watch:
     """One live request's cancellation state: cancelled by id, or past the caller's deadline."""
@@ -257,32 +290,24 @@ class CompletionModel:
             return self._scheduler.earlier_than(deadline)
 
     async def __call__(self, requests: list[Any]) -> AsyncIterator[list[dict[str, np.ndarray]]]:
+        # One piece on purpose: the job that runs on the engine thread (``produce``, which queues itself
+        # again when it gives way) and its helpers are closures over this request's queue, event loop,
+        # ticket and watch, which the streaming loop at the end shares with them.
         # Decoupled: each yield is one response per request of this call.
         assert len(requests) == 1, "the CPU engine is bound with max_batch_size=1"
-        inputs = requests[0].data
-        raw = _scalar(inputs, "text_input", b"")
-        prompt = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-        max_tokens = int(_scalar(inputs, "max_tokens", 64))
-        stream = bool(_scalar(inputs, "stream", False))
-        temperature = float(_scalar(inputs, "temperature", 0.0))
-        stop = _decode_list(inputs.get("stop_words"))
-        cache_key = _text(inputs, inference.CTX_CACHE_KEY) or None
-        speculation = _text(inputs, inference.CTX_SPECULATION) or None
-        budget_ms = int(_scalar(inputs, inference.CTX_DEADLINE_MS, 0))
-        raw_markers = inputs.get(inference.CTX_TEMPLATE_MARKERS)
-        markers = None if raw_markers is None else [int(m) for m in np.asarray(raw_markers).reshape(-1)]
-        watch = self.abandoned.watch(_text(inputs, inference.CTX_REQUEST_ID) or None,
-                                     time.monotonic() + budget_ms / 1000 if budget_ms > 0 else None)
+        req = _Request.of(requests[0].data)
+        watch = self.abandoned.watch(req.request_id,
+                                     time.monotonic() + req.budget_ms / 1000 if req.budget_ms > 0 else None)
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[GenerationChunk | BaseException | None] = asyncio.Queue()
-        live = max_tokens > 0  # max_tokens=0 is a warm-up, which gives way to live requests
+        live = req.max_tokens > 0  # max_tokens=0 is a warm-up, which gives way to live requests
         by_deadline = live and self._latency_first
         cost_s, tokens = 0.0, None
         if by_deadline:
             try:  # tokenizing is CPU work: off the event loop (the engine then uses these tokens)
-                tokens, cost_s = await loop.run_in_executor(None, self._estimate, prompt, markers, cache_key,
-                                                            max_tokens)
+                tokens, cost_s = await loop.run_in_executor(None, self._estimate, req.prompt, req.markers,
+                                                            req.cache_key, req.max_tokens)
             except Exception as exc:  # the engine reports a bad prompt itself; admitted in arrival order
                 log.debug("no cost estimate: %s", exc)
         ticket: list[Ticket] = []  # set once queued (the engine may start before _submit returns)
@@ -307,10 +332,10 @@ class CompletionModel:
                 finish_abandoned("queued", started)
                 return
             try:
-                chunks = self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, stop=stop,
-                                              cache_key=cache_key, speculation=speculation,
+                chunks = self.engine.generate(req.prompt, max_tokens=req.max_tokens, temperature=req.temperature,
+                                              stop=req.stop, cache_key=req.cache_key, speculation=req.speculation,
                                               give_way=give_way if (by_deadline or watch.watched) else None,
-                                              carried=carried, tokens=tokens, markers=markers)
+                                              carried=carried, tokens=tokens, markers=req.markers)
                 for chunk in chunks:
                     if not chunk.final and watch.abandoned():
                         chunks.close()  # stops between decode steps; the KV so far stays in the pool
@@ -323,7 +348,7 @@ class CompletionModel:
                     finish_abandoned("prompt", started)
                     return
                 self.abandoned.record_served((time.perf_counter() - started) * 1000)
-                log.info("a prompt (%s) gave way to a request due earlier after %d tokens", cache_key,
+                log.info("a prompt (%s) gave way to a request due earlier after %d tokens", req.cache_key,
                          stepped.processed)
                 if live:
                     self.engine.live_waiting += 1
@@ -346,8 +371,8 @@ class CompletionModel:
                     raise item
                 if item.final:
                     # Streaming clients already have the text; a non-streaming one gets it all now.
-                    yield [_response("" if stream else "".join(pieces), item.figures)]
-                elif stream:
+                    yield [_response("" if req.stream else "".join(pieces), item.figures)]
+                elif req.stream:
                     yield [_response(item.text, item.figures)]
                 else:
                     pieces.append(item.text)
