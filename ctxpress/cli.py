@@ -14,7 +14,8 @@ from ctxpress.core.settings import Settings, get_settings
 
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.parts import StartError, up
+    from ctxpress.parts.base import StartError
+    from ctxpress.parts.lifecycle import up
 
     print(f"ctxpress up (state in {settings.state_dir})")
     started = time.perf_counter()
@@ -29,7 +30,7 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.parts import down
+    from ctxpress.parts.lifecycle import down
 
     failed = down(settings)
     if failed:
@@ -40,7 +41,8 @@ def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.parts import SupervisorPart, parts
+    from ctxpress.parts import parts
+    from ctxpress.parts.supervisor import SupervisorPart
     from ctxpress.supervisor import describe, read_state
 
     rows = [part.status() for part in [*parts(settings), SupervisorPart(settings)]]
@@ -100,7 +102,8 @@ def _cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.demo import default_demo_file, demo
-    from ctxpress.parts import down, parts, up
+    from ctxpress.parts import parts
+    from ctxpress.parts.lifecycle import down, up
 
     already_up = all(part.status().running for part in parts(settings))
     if not already_up:

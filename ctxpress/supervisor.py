@@ -37,7 +37,11 @@ from types import FrameType
 from typing import Any
 
 from ctxpress.core.settings import Settings, get_settings
-from ctxpress.parts import START_TIMEOUTS, NatsPart, Part, SupervisorPart, _group_alive, parts
+from ctxpress.parts import START_TIMEOUTS, parts
+from ctxpress.parts.base import Part
+from ctxpress.parts.nats_server import NatsPart
+from ctxpress.parts.process import group_alive
+from ctxpress.parts.supervisor import SupervisorPart
 
 log = logging.getLogger("ctxpress.supervisor")
 
@@ -110,14 +114,14 @@ def exit_reason(returncode: int) -> str:
 def kill_group(pgid: int) -> None:
     """SIGKILL what is left of a process group (a hung worker; Triton's server after its leader died, which
     would hold the ports its successor needs) and wait until it is gone."""
-    if not _group_alive(pgid):
+    if not group_alive(pgid):
         return
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + KILL_WAIT_S
-    while _group_alive(pgid) and time.monotonic() < deadline:
+    while group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
 
 

@@ -150,7 +150,7 @@ def _config_load_time(settings: Settings) -> str | None:
 def reload_nats(settings: Settings, timeout_s: float = 10.0) -> bool:
     """SIGHUP to the embedded nats-server, then wait until it says it loaded the config again. False when it is
     not running (it reads the file when it starts); ``TeamConfigError`` when it did not take the new config."""
-    from ctxpress.parts import NatsPart
+    from ctxpress.parts.nats_server import NatsPart
 
     pid = NatsPart(settings).pid()
     if pid is None:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from ctxpress import team
 from ctxpress.core import identity
 from ctxpress.core.settings import Settings
-from ctxpress.parts import NatsPart
+from ctxpress.parts.nats_server import NatsPart
 from db import team as store
 from db.embedded import EmbeddedPostgres
 from db.migrations import migrate

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ctxpress.core.settings import Settings
-from ctxpress.parts import Part, StartError
+from ctxpress.parts.base import Part, StartError
 from ctxpress.supervisor import Backoff, HangDetector, Watch, describe, exit_reason, read_state
 
 

@@ -24,7 +24,7 @@ from ctxpress.core import identity
 from ctxpress.core.settings import Settings
 from ctxpress.core.tls import client_context, tls_dir
 from ctxpress.core.wire.v1 import SUBJECT_INDEX_GIT
-from ctxpress.parts import NatsPart
+from ctxpress.parts.nats_server import NatsPart
 from indexer.hook_publish import PublishError, TinyNats
 from indexer.stream import ensure_stream
 from tests.indexer.index_repo import git, make_repo

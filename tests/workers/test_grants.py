@@ -31,7 +31,10 @@ from ctxpress.core.errors import Forbidden, GrantsUnavailable
 from ctxpress.core.settings import Settings
 from ctxpress.core.tls import client_context
 from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT, content_hash
-from ctxpress.parts import CompletionWorkerPart, NatsPart, PostgresPart, parts
+from ctxpress.parts import parts
+from ctxpress.parts.nats_server import NatsPart
+from ctxpress.parts.postgres import PostgresPart
+from ctxpress.parts.workers import CompletionWorkerPart
 from db import team as store
 from db.session import engine_for
 from indexer.stream import ensure_stream, stream_config

@@ -51,7 +51,7 @@ def _worker_pid(appliance: Any) -> int:
 
 def _kill_worker(appliance: Any) -> None:
     """Kill the index worker and keep it down (the supervisor would restart it): events queue up."""
-    from ctxpress.parts import SupervisorPart
+    from ctxpress.parts.supervisor import SupervisorPart
 
     SupervisorPart(appliance.settings).stop()
     pid = _worker_pid(appliance)

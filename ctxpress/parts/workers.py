@@ -1,0 +1,45 @@
+"""The workers' parts: the completion worker and the index worker, each ready once it answers a
+request-reply round trip on NATS."""
+
+from __future__ import annotations
+
+import sys
+
+from ctxpress.parts.base import Part
+from ctxpress.parts.probes import nats_answers
+
+
+class CompletionWorkerPart(Part):
+    name = "completion-worker"
+    hang_checked = True
+
+    def address(self) -> str:
+        return f"{self.settings.completion_subject} (queue {self.settings.completion_queue})"
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "workers.completion"]
+
+    def ready(self) -> bool:
+        # Ready means it answers: an empty object must come back as a structured error.
+        return nats_answers(self.settings, self.settings.completion_subject, b"{}", "error")
+
+    def answers(self) -> bool:
+        # The same round trip through the worker's event loop, on the feedback subject: a `{}` completion
+        # request costs an error metric, a log line and a telemetry row, once a second from the supervisor;
+        # invalid feedback is answered without any of them.
+        return nats_answers(self.settings, self.settings.feedback_subject, b"{}", "error")
+
+
+class IndexWorkerPart(Part):
+    name = "index-worker"
+    hang_checked = True
+
+    def address(self) -> str:
+        return f"stream {self.settings.index_stream} (consumer {self.settings.index_consumer})"
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "workers.index_worker"]
+
+    def ready(self) -> bool:
+        # Ready once it has bound the durable consumer and answers its status subject (one round trip).
+        return nats_answers(self.settings, self.settings.index_status_subject, b"", "worker")
