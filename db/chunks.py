@@ -239,33 +239,10 @@ def search_chunks(
     """
     lists: dict[str, list[tuple[int, float]]] = {}
     if query_vector is not None:
-        distance = CodeChunk.embedding.cosine_distance(query_vector.astype(np.float32))
-        stmt = _scoped(select(CodeChunk.id, distance.label("d")), repositories)
-        if paths is not None:
-            stmt = stmt.where(CodeChunk.path.in_(list(paths)))
-        if exclude_paths:
-            stmt = stmt.where(CodeChunk.path.not_in(list(exclude_paths)))
-        if paths is None:
-            # The filter (repository, path) runs after the HNSW walk; iterative scans keep going until
-            # enough rows pass it instead of returning fewer than asked.
-            session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-            session.execute(text("SET LOCAL hnsw.ef_search = 100"))
-        rows = session.execute(stmt.order_by(distance).limit(candidates)).all()
-        lists["vector"] = sorted(((r.id, 1.0 - float(r.d)) for r in rows), key=lambda x: -x[1])
+        lists["vector"] = _vector_ranking(session, repositories, query_vector, candidates, paths, exclude_paths)
     query = tsquery_text(words)
     if query:
-        tsq = func.to_tsquery("simple", query)
-        rank = func.ts_rank_cd(CodeChunk.tsv, tsq)
-        name_hit = func.to_tsvector("simple", CodeChunk.name_lexemes).op("@@")(tsq)
-        stmt = _scoped(select(CodeChunk.id, rank.label("r"), name_hit.label("n")), repositories).where(
-            CodeChunk.tsv.op("@@")(tsq))
-        if paths is not None:
-            stmt = stmt.where(CodeChunk.path.in_(list(paths)))
-        if exclude_paths:
-            stmt = stmt.where(CodeChunk.path.not_in(list(exclude_paths)))
-        rows = session.execute(stmt.order_by(rank.desc()).limit(candidates)).all()
-        lists["lexical"] = [(r.id, float(r.r)) for r in rows]
-        named = {r.id for r in rows if r.n}
+        lists["lexical"], named = _lexical_ranking(session, repositories, query, candidates, paths, exclude_paths)
     else:
         named = set()
     fused: dict[int, float] = {}
@@ -281,6 +258,49 @@ def search_chunks(
     top = sorted(fused, key=lambda i: -fused[i])[:k]
     if not top:
         return []
+    return _hits(session, top, fused, similarity, lexical)
+
+
+def _within(stmt: Select, paths: Sequence[str] | None, exclude_paths: Sequence[str]) -> Select:
+    if paths is not None:
+        stmt = stmt.where(CodeChunk.path.in_(list(paths)))
+    if exclude_paths:
+        stmt = stmt.where(CodeChunk.path.not_in(list(exclude_paths)))
+    return stmt
+
+
+def _vector_ranking(session: Session, repositories: Sequence[str], query_vector: np.ndarray, candidates: int,
+                    paths: Sequence[str] | None, exclude_paths: Sequence[str]) -> list[tuple[int, float]]:
+    """(chunk id, cosine similarity) of the nearest chunks, most similar first."""
+    distance = CodeChunk.embedding.cosine_distance(query_vector.astype(np.float32))
+    stmt = _within(_scoped(select(CodeChunk.id, distance.label("d")), repositories), paths, exclude_paths)
+    if paths is None:
+        # The filter (repository, path) runs after the HNSW walk; iterative scans keep going until
+        # enough rows pass it instead of returning fewer than asked.
+        session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+        session.execute(text("SET LOCAL hnsw.ef_search = 100"))
+    rows = session.execute(stmt.order_by(distance).limit(candidates)).all()
+    return sorted(((r.id, 1.0 - float(r.d)) for r in rows), key=lambda x: -x[1])
+
+
+def _lexical_ranking(
+    session: Session, repositories: Sequence[str], query: str, candidates: int, paths: Sequence[str] | None,
+    exclude_paths: Sequence[str],
+) -> tuple[list[tuple[int, float]], set[int]]:
+    """(chunk id, text rank) of the chunks matching ``query``, best first; and those whose own symbol name
+    matches it."""
+    tsq = func.to_tsquery("simple", query)
+    rank = func.ts_rank_cd(CodeChunk.tsv, tsq)
+    name_hit = func.to_tsvector("simple", CodeChunk.name_lexemes).op("@@")(tsq)
+    stmt = _scoped(select(CodeChunk.id, rank.label("r"), name_hit.label("n")), repositories).where(
+        CodeChunk.tsv.op("@@")(tsq))
+    rows = session.execute(_within(stmt, paths, exclude_paths).order_by(rank.desc()).limit(candidates)).all()
+    return [(r.id, float(r.r)) for r in rows], {r.id for r in rows if r.n}
+
+
+def _hits(session: Session, top: list[int], fused: dict[int, float], similarity: dict[int, float],
+          lexical: dict[int, float]) -> list[SearchHit]:
+    """The chunks ``top``, in that order, with their repository, their file's imports and their scores."""
     rows = session.execute(
         select(CodeChunk, Repository.name, IndexedFile.imports)
         .join(Repository, Repository.id == CodeChunk.repo_id)
@@ -297,7 +317,7 @@ def search_chunks(
             repository=repo_name, path=c.path, symbol=c.symbol, kind=c.kind, language=c.language,
             start_line=c.start_line, end_line=c.end_line, signature=c.signature, content=c.content,
             score=fused[chunk_id], similarity=similarity.get(chunk_id), lexical_rank=lexical.get(chunk_id),
-            found_by=[side for side in ("vector", "lexical") if chunk_id in dict(lists.get(side, []))],
+            found_by=[side for side, ranked in (("vector", similarity), ("lexical", lexical)) if chunk_id in ranked],
             imports=list(imports or []),
         ))
     return hits

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from ctxpress.core import inference
@@ -100,6 +101,25 @@ class _Planned:
     size: int = 0
 
 
+def _removals(latest: dict[str, FileChange], known: dict[str, store.FileRow],
+              summary: IndexSummary) -> list[_Planned]:
+    """What a full index removes beyond the changes: the files newly skipped, with why, and the files
+    gone from the repository."""
+    plans: list[_Planned] = []
+    present = set(latest)
+    skipped = {s.path: s.reason for s in summary.skipped if s.reason != "unsupported language"}
+    for path, reason in skipped.items():
+        # Record why a file of a language we index stays out (broken, generated, too large), and
+        # drop its chunks if it was indexed before.
+        row = known.get(path)
+        if row is None or row.skipped_reason != reason:
+            plans.append(_Planned(FileChange(path, None, edited=False), None, reason))
+    for path, row in known.items():
+        if path not in present and path not in skipped and not row.deleted:
+            plans.append(_Planned(FileChange(path, None, edited=False), None))  # gone from the repository
+    return plans
+
+
 class Indexer:
     def __init__(self, database_url: str, embedder: TritonEmbedder,
                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
@@ -174,7 +194,17 @@ class Indexer:
             repo = store.find_repository(session, name)
             # A full index compares against every row; a change set only needs its own paths.
             known = store.file_rows(session, repo.id, None if full else list(latest)) if repo else {}
+        plans = self._plan_changes(latest, known, summary, progress)
+        if full:
+            plans += _removals(latest, known, summary)
+        vectors = self._vectors(name, plans, summary, progress)
+        self._write(engine, name, plans, vectors, summary, root=root, commit=commit, full=full, progress=progress)
+        summary.seconds = time.perf_counter() - started
+        return summary
 
+    def _plan_changes(self, latest: dict[str, FileChange], known: dict[str, store.FileRow], summary: IndexSummary,
+                      progress: Progress | None) -> list[_Planned]:
+        """Cut each changed file into chunks; an event older than the index's row of its path is stale."""
         plans: list[_Planned] = []
         t = time.perf_counter()
         for n, change in enumerate(latest.values(), 1):
@@ -188,21 +218,12 @@ class Indexer:
             if progress:
                 progress("parsing", n, len(latest))
         summary.stage_seconds["parse"] = time.perf_counter() - t
-        if full:
-            present = set(latest)
-            skipped = {s.path: s.reason for s in summary.skipped if s.reason != "unsupported language"}
-            for path, reason in skipped.items():
-                # Record why a file of a language we index stays out (broken, generated, too large), and
-                # drop its chunks if it was indexed before.
-                row = known.get(path)
-                if row is None or row.skipped_reason != reason:
-                    plans.append(_Planned(FileChange(path, None, edited=False), None, reason))
-            for path, row in known.items():
-                if path not in present and path not in skipped and not row.deleted:
-                    plans.append(_Planned(FileChange(path, None, edited=False), None))  # gone from the repository
+        return plans
 
-        vectors = self._vectors(name, plans, summary, progress)
-
+    def _write(self, engine: Engine, name: str, plans: list[_Planned], vectors: dict[str, np.ndarray],
+               summary: IndexSummary, *, root: str | None, commit: str | None, full: bool,
+               progress: Progress | None) -> None:
+        """Write every plan in one transaction, under the repository's lock."""
         t = time.perf_counter()
         now = datetime.now(UTC)
         with Session(engine) as session, session.begin():
@@ -240,8 +261,6 @@ class Indexer:
             if full or commit:
                 store.set_repository_head(session, repo.id, commit, inference.EMBEDDING_MODEL_ID)
         summary.stage_seconds["write"] = time.perf_counter() - t
-        summary.seconds = time.perf_counter() - started
-        return summary
 
     def _plan(self, change: FileChange, row: store.FileRow | None, summary: IndexSummary) -> _Planned | None:
         if change.text is None:

@@ -283,6 +283,9 @@ class CtxpressServer(LanguageServer):
 
 
 def build_server(settings: Settings) -> CtxpressServer:
+    # One piece on purpose: pygls registers each LSP handler by decorating it on this server, so the
+    # handlers are closures registered here, one after the other; each is short and works on the
+    # CtxpressServer's methods, which hold the logic.
     server = CtxpressServer(settings)
 
     @server.feature(types.INITIALIZE)

@@ -212,10 +212,33 @@ def similar_candidates(
         return [_candidate(text, starts, a, b, reason, rank, estimate_lines, marker_tokens)
                 for rank, (a, b, reason) in enumerate(r for r in held[2] if not any(
                     x <= r[1] and r[0] <= y for x, y in shown))]
+    cursor_text = text[starts[line]:starts[line + 1]]
+    scored = _scored_lines(words, query, query_lines, line, cursor_text, n)
+    out: list[Candidate] = []
+    taken: list[tuple[int, int]] = list(shown)
+    for share, anchor in scored:
+        if share < MIN_SCORE_SHARE or len(out) >= MAX_SNIPPETS:
+            break
+        if any(a <= anchor <= b for a, b in shown):  # (checked here, for the few best only)
+            continue
+        span = _excerpt_span(anchor, taken, n, line_text)
+        if span is None:
+            continue
+        start, end = span
+        reason = f"resembles the code at the cursor (line {anchor + 1} shares {share:.0%} of its rare identifiers)"
+        out.append(_candidate(text, starts, start, end, reason, len(out), estimate_lines, marker_tokens))
+        taken.append(span)
+    _remember_offer(parsed.path, line, words, out)
+    return out
+
+
+def _scored_lines(words: _WordIndex, query: dict[bytes, float], query_lines: set[int], line: int,
+                  cursor_text: bytes, n: int) -> list[tuple[float, int]]:
+    """(share of the query's best possible score, line) of the lines sharing a rare word with the
+    query, best first; none of the lines the query comes from."""
     # Where the query's rarest words occur. Substring counts (fast) pick them; a word on more than
     # a third of the lines says little about similarity and is not looked up.
     # (counted in the indexed version, whose cursor line may differ: that line is recounted)
-    cursor_text = text[starts[line]:starts[line + 1]]
     indexed_text = words.line_text(line)
     counts = {w: words.count(w) - indexed_text.count(w) + cursor_text.count(w) for w in query}
     rare = sorted((c, w) for w, c in counts.items() if 0 < c <= n // 3)[:MAX_QUERY_WORDS]
@@ -228,7 +251,6 @@ def similar_candidates(
         if found:
             lines_of[word] = found
     if not lines_of:
-        _remember_offer(parsed.path, line, words, [])
         return []
     idf = {w: math.log(1.0 + n / (1 + len(found))) for w, found in lines_of.items()}
     # The most a line could score: common words count at their (small) idf as if looked up.
@@ -238,40 +260,30 @@ def similar_candidates(
         weight = query[w] * idf[w]
         for i in found:
             scores[i] = scores.get(i, 0.0) + weight
-
-    def inside_shown(i: int) -> bool:
-        return any(a <= i <= b for a, b in shown)
-
     # A line must share at least one rare word: matches on common words alone are noise.
     rare_lines = {i for w, found in lines_of.items() if len(found) <= n // RARE_LINES_DIVISOR for i in found}
-    scored = sorted(((score / best, i) for i, score in scores.items()
-                     if i in rare_lines and i not in query_lines), reverse=True)
-    out: list[Candidate] = []
-    taken: list[tuple[int, int]] = list(shown)
-    for share, anchor in scored:
-        if share < MIN_SCORE_SHARE or len(out) >= MAX_SNIPPETS:
-            break
-        if inside_shown(anchor):  # (checked here, for the few best only)
-            continue
-        start, end = max(0, anchor - LINES_BEFORE), min(n - 1, anchor + LINES_AFTER)
-        # Never repeat what is shown already (the enclosing block, an earlier match).
-        for a, b in taken:
-            if a <= anchor <= b:
-                start = -1
-                break
-            if b < anchor and b >= start:
-                start = b + 1
-            if a > anchor and a <= end:
-                end = a - 1
-        if start < 0 or start > end:
-            continue
-        while start < anchor and not line_text(start).strip():
-            start += 1
-        reason = f"resembles the code at the cursor (line {anchor + 1} shares {share:.0%} of its rare identifiers)"
-        out.append(_candidate(text, starts, start, end, reason, len(out), estimate_lines, marker_tokens))
-        taken.append((start, end))
-    _remember_offer(parsed.path, line, words, out)
-    return out
+    return sorted(((score / best, i) for i, score in scores.items()
+                   if i in rare_lines and i not in query_lines), reverse=True)
+
+
+def _excerpt_span(anchor: int, taken: list[tuple[int, int]], n: int,
+                  line_text: Callable[[int], bytes]) -> tuple[int, int] | None:
+    """The lines a match at ``anchor`` brings, cut short of what ``taken`` shows already (None: it is
+    shown already, or nothing is left)."""
+    start, end = max(0, anchor - LINES_BEFORE), min(n - 1, anchor + LINES_AFTER)
+    # Never repeat what is shown already (the enclosing block, an earlier match).
+    for a, b in taken:
+        if a <= anchor <= b:
+            return None
+        if b < anchor and b >= start:
+            start = b + 1
+        if a > anchor and a <= end:
+            end = a - 1
+    if start > end:
+        return None
+    while start < anchor and not line_text(start).strip():
+        start += 1
+    return start, end
 
 
 def _remember_offer(path: str, line: int, words: _WordIndex, offered: list[Candidate]) -> None:
