@@ -22,7 +22,8 @@ from ctxpress.core.wire.v1 import ErrorBody
 # without the project installed (build_engines stands alone; the git hook's publisher runs on the standard
 # library only).
 NOT_ERRORS = {"serving.generation.GaveWay", "ctxpress.http.upstream.Superseded", "ctxpress.lsp.server._NotAPipe",
-              "workers.context.assemble._Timeout", "workers.context.assemble._ParseFailure"}
+              "workers.context.assemble._Timeout", "workers.context.assemble._ParseFailure",
+              "workers.context.assemble._BlockOverBudget"}
 STANDALONE = ("build_engines", "indexer.hook_publish")
 
 
