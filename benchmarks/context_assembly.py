@@ -40,13 +40,13 @@ def _stages(per_request: list[dict[str, float]]) -> dict[str, float]:
 
 
 def _measure(session: FileSession, lines: int, requests: Iterable[tuple[str, int, int]], count_tokens,  # type: ignore[no-untyped-def]
-             budget: int, compression: bool = True) -> dict[str, float]:
+             options: AssemblyOptions, compression: bool = True) -> dict[str, float]:
     """Assemble each (text, line, column) request in the file's session; the timing row of one file."""
     times, ratios, fallbacks = [], [], 0
     stages: list[dict[str, float]] = []
     for text, line, column in requests:
         ctx = assemble_context(text, session.path, line, column, count_tokens=count_tokens,
-                               options=AssemblyOptions(budget_tokens=budget, timeout_ms=1000.0), session=session)
+                               options=options, session=session)
         times.append(ctx.elapsed_ms)
         stages.append(ctx.timings_ms)
         fallbacks += ctx.strategy == "window-fallback"
@@ -60,7 +60,7 @@ def _measure(session: FileSession, lines: int, requests: Iterable[tuple[str, int
     return row
 
 
-def bench_file(path: Path, count_tokens, requests: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def bench_file(path: Path, count_tokens, requests: int, options: AssemblyOptions, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     rng = random.Random(seed)
@@ -76,10 +76,11 @@ def bench_file(path: Path, count_tokens, requests: int, budget: int, seed: int) 
             edited = [*lines[:line], body[:column] + "x" + body[column:] + lines[line][len(body):], *lines[line + 1:]]
             yield "".join(edited), line, column + 1
 
-    return _measure(session, len(lines), keystrokes(), count_tokens, budget)
+    return _measure(session, len(lines), keystrokes(), count_tokens, options)
 
 
-def bench_eval_cursors(path: Path, count_tokens, requests: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def bench_eval_cursors(path: Path, count_tokens, requests: int, options: AssemblyOptions,  # type: ignore[no-untyped-def]
+                       seed: int) -> dict[str, float]:
     """Each request a new cursor of the kind the eval picks, with the rest of its line cut."""
     from ctxpress.evaluation.cases import cursor_spots, cut_out
 
@@ -95,10 +96,11 @@ def bench_eval_cursors(path: Path, count_tokens, requests: int, budget: int, see
             column = rng.choice(columns)
             yield cut_out(text, line, column)[0], line, column
 
-    return _measure(session, len(text.splitlines()), cursors(), count_tokens, budget)
+    return _measure(session, len(text.splitlines()), cursors(), count_tokens, options)
 
 
-def bench_typing(path: Path, count_tokens, spots: int, chars: int, budget: int, seed: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def bench_typing(path: Path, count_tokens, spots: int, chars: int, options: AssemblyOptions,  # type: ignore[no-untyped-def]
+                 seed: int) -> dict[str, float]:
     """The steady state while someone types: at each of ``spots`` lines inside functions, the
     line is typed again character by character (``chars`` keystrokes), one assembly per keystroke."""
     text = path.read_text(encoding="utf-8")
@@ -116,7 +118,7 @@ def bench_typing(path: Path, count_tokens, spots: int, chars: int, budget: int, 
                 typed = body[:indent + n]
                 yield "".join([*lines[:line], typed + "\n", *lines[line + 1:]]), line, len(typed)
 
-    return _measure(session, len(lines), keystrokes(), count_tokens, budget, compression=False)
+    return _measure(session, len(lines), keystrokes(), count_tokens, options, compression=False)
 
 
 def main() -> int:
@@ -129,7 +131,11 @@ def main() -> int:
                         help="keystrokes typed in sequence at a few spots (the steady state) instead of random jumps")
     parser.add_argument("--eval-cursors", action="store_true",
                         help="each request a new cursor where the eval puts one, the rest of its line cut")
+    parser.add_argument("--stable-head", type=float, default=0.0, metavar="SHARE",
+                        help="assemble with the file's stable head taking up to this share of the budget (0: off)")
     args = parser.parse_args()
+    options = AssemblyOptions(budget_tokens=args.budget, timeout_ms=1000.0, stable_head=args.stable_head > 0,
+                              head_share=args.stable_head or AssemblyOptions.head_share)
     from ctxpress.core.settings import get_settings
     from serving.tokenizer import Tokenizer, memoized_counter
     from serving.weights import TARGET, ensure_model
@@ -141,11 +147,11 @@ def main() -> int:
     rows = []
     for path in args.files:
         if args.typing:
-            row = bench_typing(path, count, max(1, args.requests // 20), 20, args.budget, args.seed)
+            row = bench_typing(path, count, max(1, args.requests // 20), 20, options, args.seed)
         elif args.eval_cursors:
-            row = bench_eval_cursors(path, count, args.requests, args.budget, args.seed)
+            row = bench_eval_cursors(path, count, args.requests, options, args.seed)
         else:
-            row = bench_file(path, count, args.requests, args.budget, args.seed)
+            row = bench_file(path, count, args.requests, options, args.seed)
         rows.append(row)
         print(f"{path.name:<28} {row['lines']:>6} lines  median {row['median_ms']:6.2f} ms  "
               f"p95 {row['p95_ms']:6.2f} ms  max {row['max_ms']:6.1f} ms  fallbacks {row['fallbacks']}"

@@ -37,6 +37,7 @@ import numpy as np
 
 from serving.engine_config import SPECULATION_MODES, EngineConfig
 from serving.generation import GaveWay, GenerationChunk, GenerationFigures
+from serving.host_load import HostLoad
 from serving.kv_disk import KVDiskTier
 from serving.kv_pool import KVPool, Slot, common_prefix
 from serving.llama_runner import LlamaRunner
@@ -75,6 +76,8 @@ class EngineStats:
     draft_proposed: int = 0
     draft_accepted: int = 0
     gave_way: int = 0  # prompt processings that stepped aside for a request due earlier
+    threads: int = 0  # the last request's threads generating tokens
+    fewer_threads: int = 0  # requests that generated on fewer threads than cores: the host was busy
 
 
 class LlamaEngine:
@@ -84,6 +87,8 @@ class LlamaEngine:
     def __init__(self, config: EngineConfig) -> None:
         if config.speculation not in SPECULATION_MODES:
             raise ValueError(f"unknown speculation mode {config.speculation!r}")
+        # 0: adaptive, set before each request from what other processes use (serving.host_load)
+        self.host_load = HostLoad().start() if config.n_threads == 0 else None
         threads = config.n_threads or os.cpu_count() or 1
         self.config = config
         self.model_name = config.model_path.stem
@@ -173,6 +178,11 @@ class LlamaEngine:
             "draft_proposed": self.stats.draft_proposed,
             "draft_accepted": self.stats.draft_accepted,
             "gave_way": self.stats.gave_way,
+            "threads": self.stats.threads,
+            "threads_mode": "adaptive" if self.host_load is not None else "fixed",
+            "host_other_cores": (round(self.host_load.other_cores, 2)
+                                 if self.host_load is not None and self.host_load.other_cores is not None else None),
+            "fewer_threads": self.stats.fewer_threads,
             "prompt_ms_per_token": round(self.prompt_ms_per_token.value, 2),
             "policy": self.policy.snapshot(),
         }
@@ -242,6 +252,7 @@ class LlamaEngine:
             raise ValueError("empty prompt")
         figures = GenerationFigures(prompt_tokens=len(tokens))
         self.stats.requests += 1
+        self._set_threads()
         slot, reused = self._lease(tokens, max_tokens, cache_key, carried, figures)
         if max_tokens <= 0:  # a warm-up: fill the file's KV, never delay a live request
             self._warm_up(slot, tokens[reused:], figures)
@@ -385,6 +396,20 @@ class LlamaEngine:
         figures.draft_steps += 1
         self.policy.record_acceptance(choice.method, len(drafts), accepted)
         return accepted, correction
+
+    def _set_threads(self) -> None:
+        """Adaptive threads: generation leaves a core to each that other processes at the engine's priority keep
+        busy; prompts keep every core (serving.host_load says why)."""
+        if self.host_load is None:
+            self.stats.threads = self.target.n_threads
+            return
+        cores = os.cpu_count() or 1
+        threads = self.host_load.threads(cores)
+        self.target.set_threads(threads, cores)
+        if self.draft is not None:
+            self.draft.runner.set_threads(threads, cores)
+        self.stats.threads = threads
+        self.stats.fewer_threads += threads < cores
 
     def _yield_chunk(self) -> int:
         """Tokens to process before asking again whether to give way (narrow under contention)."""

@@ -54,6 +54,8 @@ class LlamaRunner:
         self.n_vocab = self.model.n_vocab()
         self.vocab = self.model.vocab
         self.kv_type = kv_type
+        self.n_threads = n_threads  # decoding one token
+        self.n_threads_batch = n_threads  # decoding several
         self._piece = ctypes.create_string_buffer(256)
 
     def tokenize(self, text: str, markers: Sequence[int] | None = None) -> list[int]:
@@ -81,6 +83,14 @@ class LlamaRunner:
 
     def is_eog(self, token: int) -> bool:
         return bool(self._C.llama_vocab_is_eog(self.vocab, token))
+
+    def set_threads(self, generation: int, batch: int | None = None) -> None:
+        """Run the next decodes of one token on ``generation`` threads and of several (a prompt's chunks, a
+        verification batch) on ``batch`` threads (None: as many)."""
+        batch = generation if batch is None else batch
+        if (generation, batch) != (self.n_threads, self.n_threads_batch):
+            self._C.llama_set_n_threads(self.ctx.ctx, generation, batch)
+            self.n_threads, self.n_threads_batch = generation, batch
 
     def remove(self, seq: int, from_pos: int) -> None:
         """Forget the sequence's KV from ``from_pos`` on (-1 end: to the end)."""

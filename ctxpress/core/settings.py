@@ -16,7 +16,7 @@ from ctxpress.core.database import database_url, stored_password
 from ctxpress.core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
 
 # stable_head: the file head's share of the context budget (measured: docs/context.md)
-DEFAULT_HEAD_SHARE = 0.5
+DEFAULT_HEAD_SHARE = 0.7
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CTXPRESS_", extra="ignore")
@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     draft_model_path: Path | None = None
     model_name: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"
     n_ctx: int = 4096  # per sequence: the longest prompt + completion of one file
-    n_threads: int = 0  # 0 = all cores
+    n_threads: int = 0  # 0: adaptive (serving.host_load); N: always N
     # KV cache element type: "f16", "q8_0" (INT8) or "q4_0" (INT4, measured and not recommended).
     kv_cache_type: str = "f16"
     # Files whose KV the engine keeps at once (each up to n_ctx cells): the pool's memory budget.

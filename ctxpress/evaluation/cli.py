@@ -59,8 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="jump: a prompt layout to compare, e.g. today:-stable_head (repeatable; the same cursors "
                          "for each, in the order given)")
     be.add_argument("--background-load", type=int, default=0, metavar="N",
-                    help="keep N cores busy beside the appliance (niced busy loops, as a compile would) while the "
-                         "benchmark runs: the busy-host figure")
+                    help="keep N cores busy beside the appliance (busy loops, as a compile or a test run would) "
+                         "while the benchmark runs: the busy-host figure")
+    be.add_argument("--background-nice", type=int, default=10, metavar="NICE",
+                    help="the background load's nice level: 10 (default) as a build that lowers its priority, "
+                         "0 as a test run started in a terminal")
     be.set_defaults(func=cmd_bench)
 
     st = sub.add_parser("stats", help="summarise per-request telemetry")
@@ -233,7 +236,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: --via {args.via} replays the typing scenario: add --scenario typing", file=sys.stderr)
         return 2
     try:
-        busy = BackgroundLoad(args.background_load)
+        busy = BackgroundLoad(args.background_load, args.background_nice)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -257,7 +260,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         busy.stop()
     if args.background_load:
-        results["host"] = {"background": {"busy_cores": args.background_load, "busy_cpu_s": busy.cpu_s}}
+        results["host"] = {"background": {"busy_cores": args.background_load, "nice": args.background_nice,
+                                           "busy_cpu_s": busy.cpu_s}}
     for line in report_lines(results):
         print(line)
     print(final_line(results))

@@ -29,10 +29,13 @@ def engine_summary(path: Path) -> str:
                f"{disk.get('budget_bytes', 0) / 2**20:,.0f} MiB), {disk.get('restored', 0)} restored "
                f"({disk.get('restored_tokens', 0):,} tokens), {disk.get('dropped', 0)} dropped; "
                if disk else "no disk tier; ")
+    threads = (f"threads: {s.get('threads')} generating ({s.get('threads_mode')}"
+               + (f", other processes {s['host_other_cores']:.1f} cores, {s.get('fewer_threads', 0)} requests on "
+                  "fewer threads)" if s.get("host_other_cores") is not None else ")"))
     return (f"engine: KV {s.get('kv_type')}, pool {len(s.get('kv_slots', []))} files, "
             f"{hit:.0%} of prompt tokens reused, {pool.get('evictions', 0)} evictions; {on_disk}"
             f"speculation: {spec}; draft model: {draft}; admission: {order}, "
-            f"{s.get('gave_way', 0)} prompts gave way to requests due earlier")
+            f"{s.get('gave_way', 0)} prompts gave way to requests due earlier; {threads}")
 
 
 class TritonPart(Part):

@@ -5,10 +5,13 @@ Prompts come from third-party code installed in the venv (never the standard lib
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
+from ctxpress.evaluation.busy import BackgroundLoad
 from serving.cpu_engine import YIELD_CHUNK, LlamaEngine
 from serving.engine_config import EngineConfig
 from serving.fim import STOP_WORDS
@@ -125,3 +128,19 @@ def test_kv_memory_is_reported_per_sequence(engine: LlamaEngine) -> None:
     per_token = figures.kv_bytes / (figures.prompt_tokens + figures.completion_tokens)  # type: ignore[attr-defined]
     # Qwen2.5-Coder-1.5B: 28 layers x (K + V) x 256 values x 2 bytes = 28,672 bytes per token in f16
     assert 20_000 < per_token < 40_000
+
+
+def test_a_busy_host_takes_generation_threads_not_prompt_ones(engine: LlamaEngine) -> None:
+    cores = os.cpu_count() or 1
+    assert engine.host_load is not None  # n_threads 0: adaptive
+    busy = BackgroundLoad(1, nice=0)  # as a test run started in a terminal
+    busy.start()
+    try:
+        time.sleep(4.0)  # the estimate covers the last ~3 s
+        _run(engine, _prompts()[1], speculation="none", cache_key="busy")
+    finally:
+        busy.stop()
+    status = engine.status()
+    assert status["threads_mode"] == "adaptive" and status["host_other_cores"] >= 0.5
+    assert status["threads"] < cores and status["fewer_threads"] >= 1
+    assert engine.target.n_threads_batch == cores  # prompts keep every core

@@ -1,21 +1,24 @@
 """The file's head: the part of an optimized prompt that does not depend on the cursor.
 
 The imports reduced to names, then an outline of the file's declarations in file order (signatures with
-their doc line, a class as its header and its members' signatures), as much of it as the head's share of
-the budget holds. It is the same text for every cursor in a file version, so it is placed first: when the
-cursor moves to another function of an open file, the engine reuses the head's KV and processes only the
-cursor's part of the prompt. An edit inside a body changes no signature, so the head (and its KV) survives
-typing too; an edit to a signature changes the head from that declaration on.
+their doc line, a class as its header and its members' signatures), from the top of the file down to the
+first declaration the head's share of the budget cannot hold. It is the same text for every cursor in a
+file version, so it is placed first: when the cursor moves to another function of an open file, the engine
+reuses the head's KV and processes only the cursor's part of the prompt. Its elision markers do not name
+lines, so an edit inside a body (typing, a new line) changes nothing in it and its KV survives typing too;
+an edit to a signature changes the head at that declaration's outline line, and an edit below the head's
+end none of it. Only the candidates down to that end are worked out, so its cost does not grow with the
+file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from indexer.summaries import reduce_import
+from indexer.summaries import header_line_range, reduce_import, summarize
+from indexer.syntax.parsed_file import ParsedFile
 from indexer.syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
-from workers.context.blocks import summary_piece
 from workers.context.model import AssembledContext, ContextBlock
 from workers.context.packing import Piece, render_excerpts
 
@@ -30,57 +33,83 @@ class FileHead:
     last_line: int  # the last line of the file the head covers (-1: none)
     symbols: int  # declarations outlined
     imports: bool  # the import list is in the head: the cursor's part leaves it out
-    pieces: list[Piece] = field(default_factory=list)
 
 
-def _outline(table: FileSymbols, sym: Symbol) -> list[Piece]:
+HeadItem = list[Piece]  # an import, or a declaration's outline
+HeadKey = tuple[tuple[str, str], ...]
+
+
+def _outline(parsed: ParsedFile, members: dict[int, list[Symbol]], sym: Symbol) -> HeadItem:
     """A declaration's pieces for the outline: a container as its header and its members' signatures."""
-    parsed = table.parsed
-    piece = summary_piece(parsed, sym)
-    if piece.open_text is None:
-        return [piece]
-    members = [m for m in table.symbols if m.parent == sym.index and m.kind in OUTLINE_KINDS]
-    head = Piece(sym.start_line, piece.open_end_line if piece.open_end_line is not None else sym.start_line,
-                 piece.open_text)
-    return [head, *(p for m in members for p in _outline(table, m))]
+    if not (sym.is_container or sym.kind in CLASS_KINDS):
+        return [Piece(sym.start_line, sym.end_line, summarize(parsed, sym))]
+    head = Piece(sym.start_line, header_line_range(parsed, sym)[1], summarize(parsed, sym, open_container=True))
+    shown = (m for m in members.get(sym.index, ()) if m.kind in OUTLINE_KINDS)
+    return [head, *(p for m in shown for p in _outline(parsed, members, m))]
 
 
-def _items(table: FileSymbols) -> list[list[Piece]]:
-    """The head's candidates in file order: each import reduced to its names, each top-level declaration's outline."""
+def head_items(table: FileSymbols) -> Iterator[HeadItem]:
+    """The head's candidates in file order, worked out one at a time: each import reduced to its names, each
+    top-level declaration's outline."""
     parsed = table.parsed
-    items: list[list[Piece]] = []
+    members: dict[int, list[Symbol]] = {}
+    for sym in table.symbols:
+        if sym.parent is not None:
+            members.setdefault(sym.parent, []).append(sym)
     for sym in table.symbols:
         if sym.parent is not None:
             continue
         if sym.kind in ("import", "package"):
-            items.append([Piece(sym.start_line, sym.end_line, reduce_import(parsed, sym).lstrip(), group="imports")])
+            yield [Piece(sym.start_line, sym.end_line, reduce_import(parsed, sym).lstrip(), group="imports")]
         elif sym.kind in OUTLINE_KINDS:
-            items.append(_outline(table, sym))
-    return items
+            yield _outline(parsed, members, sym)
+
+
+def take_items(table: FileSymbols, budget_tokens: int, count_tokens: Callable[[str], int]
+               ) -> tuple[list[HeadItem], HeadKey]:
+    """The candidates the head shows: from the top of the file, as long as each fits in what is left of the budget
+    (the first that does not ends the head, so a change further down the file never touches it). Also returns
+    what the head's text depends on: the texts of those candidates and of the one that ended it, not their lines
+    (the markers name none)."""
+    kept: list[HeadItem] = []
+    seen: list[tuple[str, str]] = []
+    left = budget_tokens
+    for item in head_items(table):
+        seen += [(p.text, p.group) for p in item]
+        cost = sum(count_tokens(p.text) for p in item) + 2  # the gap's marker, roughly
+        if cost > left:
+            break
+        kept.append(item)
+        left -= cost
+    return kept, tuple(seen)
+
+
+def last_line(kept: list[HeadItem]) -> int:
+    return max((p.end_line for item in kept for p in item), default=-1)
+
+
+def render_head(kept: list[HeadItem], language: str, file_lines: list[str], budget_tokens: int,
+                count_tokens: Callable[[str], int]) -> FileHead:
+    """The head's text within ``budget_tokens`` (the real count, markers and merges included: candidates are shed
+    from the end until it fits). It depends on the file alone, never on the cursor."""
+    kept = list(kept)
+    while kept:
+        pieces = [p for item in kept for p in item]
+        text, last = render_excerpts(pieces, language, file_lines, numbered=False)
+        tokens = count_tokens(text)
+        if tokens <= budget_tokens:
+            imports = any(p.group == "imports" for p in pieces)
+            symbols = sum(1 for item in kept if item[0].group != "imports")
+            return FileHead(text, tokens, last, symbols, imports)
+        kept.pop()
+    return FileHead("", 0, -1, 0, False)
 
 
 def file_head(table: FileSymbols, language: str, file_lines: list[str], budget_tokens: int,
               count_tokens: Callable[[str], int]) -> FileHead:
-    """The head within ``budget_tokens``: the file's imports and declarations in file order, each taken whole when
-    it fits in what is left (a class whose outline is too long is left out, the next one may fit). It depends on
-    the file alone, never on the cursor."""
-    kept: list[list[Piece]] = []
-    left = budget_tokens
-    for item in _items(table):
-        cost = sum(count_tokens(p.text) for p in item) + 2  # the gap's marker, roughly
-        if cost <= left:
-            kept.append(item)
-            left -= cost
-    while kept:  # the real count, markers and merges included; shed from the end until it fits
-        pieces = [p for item in kept for p in item]
-        text, last = render_excerpts(pieces, language, file_lines)
-        tokens = count_tokens(text)
-        if tokens <= budget_tokens:
-            imports = any(p.group == "imports" for p in pieces)
-            return FileHead(text, tokens, last, sum(1 for item in kept if item[0].group != "imports"), imports,
-                            pieces)
-        kept.pop()
-    return FileHead("", 0, -1, 0, False)
+    """The file's imports and declarations from its top, as many as ``budget_tokens`` holds."""
+    kept, _ = take_items(table, budget_tokens, count_tokens)
+    return render_head(kept, language, file_lines, budget_tokens, count_tokens)
 
 
 def with_head(ctx: AssembledContext, head: FileHead | None) -> AssembledContext:

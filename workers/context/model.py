@@ -3,7 +3,7 @@ each with the reason (the data every stage of workers/context passes on; no logi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import BlockReport
@@ -13,6 +13,9 @@ DEFAULT_BUDGET_TOKENS: int = Settings.model_fields["context_budget_tokens"].defa
 
 @dataclass
 class ContextBlock:
+    """A block of the assembled context: the wire's ``BlockReport`` as a plain dataclass, because the assembler
+    moves held blocks with ``dataclasses.replace`` as it does its other line-numbered records (steady.moved)."""
+
     kind: str
     name: str
     start_line: int  # 0-based, inclusive
@@ -22,9 +25,8 @@ class ContextBlock:
     reason: str
 
     def to_report(self) -> BlockReport:
-        """The block as the wire format reports it."""
-        return BlockReport(kind=self.kind, name=self.name, start_line=self.start_line, end_line=self.end_line,
-                           form=self.form, tokens=self.tokens, reason=self.reason)
+        """The block as the wire format reports it (the same fields: tests/workers/context/test_model.py)."""
+        return BlockReport(**asdict(self))
 
 
 @dataclass

@@ -14,12 +14,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from indexer.syntax.symbols.model import FileSymbols
 from indexer.syntax.tree_cache import TreeCache
-from workers.context.file_head import FileHead, file_head
+from workers.context.file_head import FileHead, HeadKey, last_line, render_head, take_items
 from workers.context.steady import Held
 
 if TYPE_CHECKING:  # retrieval brings the database client along: explain and the tests of assembly need none
@@ -49,18 +49,24 @@ class FileSession:
         # another replaces it, as an edit would.
         self.trees = TreeCache(max_files=1)
         self.steady: Held | None = None
-        self._head: tuple[tuple[str, int, bytes], FileHead] | None = None  # (its key, the head)
+        self._head: tuple[tuple[str, int, HeadKey], FileHead] | None = None  # (its key, the head)
         self._chunks: HeldChunks | None = None
         self._lock = threading.Lock()
 
     def file_head(self, table: FileSymbols, language: str, file_lines: list[str], budget_tokens: int,
                   count_tokens: Callable[[str], int]) -> FileHead:
-        """The file's head (file_head.py) for this version of its text: worked out once per version."""
-        key = (language, budget_tokens, table.parsed.source)
+        """The file's head (file_head.py): rendered again only when what it shows changed (an import or a
+        declaration's outline near the top of the file), not at every keystroke in a body."""
+        kept, shown = take_items(table, budget_tokens, count_tokens)
+        key = (language, budget_tokens, shown)
         held = self._head
         if held is not None and held[0] == key:
-            return held[1]
-        head = file_head(table, language, file_lines, budget_tokens, count_tokens)
+            head = held[1]
+            if head.text and head.last_line != (moved := last_line(kept)):
+                head = replace(head, last_line=moved)  # lines above it were added or removed
+                self._head = (key, head)
+            return head
+        head = render_head(kept, language, file_lines, budget_tokens, count_tokens)
         self._head = (key, head)
         return head
 

@@ -16,12 +16,13 @@ from workers.context.session import FileSession
 
 LONG_FILE = third_party_root() / "engine" / "result.py"  # SQLAlchemy, 2,000+ lines
 BUDGET = 1024
+WIDE = 4096  # a head that outlines classes and their methods, past the imports
 
 
 def _assemble(text: str, line: int, column: int, count: Callable[[str], int], session: FileSession,
-              stable_head: bool = True) -> AssembledContext:
+              stable_head: bool = True, budget: int = BUDGET) -> AssembledContext:
     return assemble_context(text, "engine/result.py", line, column, count_tokens=count,
-                            options=AssemblyOptions(budget_tokens=BUDGET, timeout_ms=60_000, stable_head=stable_head),
+                            options=AssemblyOptions(budget_tokens=budget, timeout_ms=60_000, stable_head=stable_head),
                             session=session)
 
 
@@ -69,3 +70,42 @@ def test_an_edit_in_a_body_keeps_the_head_and_an_import_changes_it(cursors: list
     assert imported != text
     changed = _assemble(imported, line, column, count_tokens, session)
     assert not changed.prefix.startswith(head) and "Final" in changed.prefix
+
+
+def test_a_new_line_typed_in_a_body_keeps_the_head_exactly(cursors: list[tuple[str, int, int]],
+                                                           count_tokens: Callable[[str], int]) -> None:
+    text, line, column = min(cursors, key=lambda c: c[1])
+    session = FileSession("sqlalchemy", "engine/result.py")
+    _assemble(text, line, column, count_tokens, session, budget=WIDE)
+    before = session.head
+    assert before is not None and before.text and before.last_line > line  # the cursor is above its end
+    lines = text.split("\n")
+    lines[line:line] = ["        x = 1", ""]  # two lines more in a function body above part of the head
+    typed = "\n".join(lines)
+    _assemble(typed, line + 2, column, count_tokens, session, budget=WIDE)
+    after = session.head
+    assert after is not None and after.text == before.text
+    assert after.last_line == before.last_line + 2  # what it covers moved with the lines
+    anew = FileSession("sqlalchemy", "engine/result.py")  # worked out from the edited text, not kept
+    _assemble(typed, line + 2, column, count_tokens, anew, budget=WIDE)
+    assert anew.head is not None and anew.head.text == before.text
+
+
+def test_a_signature_edit_changes_the_head_only_at_its_outline_line(cursors: list[tuple[str, int, int]],
+                                                                    count_tokens: Callable[[str], int]) -> None:
+    text, line, column = cursors[0]
+    session = FileSession("sqlalchemy", "engine/result.py")
+    _assemble(text, line, column, count_tokens, session, budget=WIDE)
+    assert session.head is not None
+    head_lines = session.head.text.split("\n")
+    # a method's signature in the middle of the head, on one line
+    signatures = [s for s in head_lines if s.startswith("    def ") and s.endswith(":") and text.count(s + "\n") == 1]
+    assert len(signatures) >= 3
+    signature = signatures[len(signatures) // 2]
+    edited = signature.replace("(self", "(this", 1)
+    assert edited != signature
+    _assemble(text.replace(signature + "\n", edited + "\n", 1), line, column, count_tokens, session, budget=WIDE)
+    after_lines = session.head.text.split("\n")
+    assert len(after_lines) == len(head_lines)
+    differ = [(a, b) for a, b in zip(head_lines, after_lines, strict=True) if a != b]
+    assert differ == [(signature, edited)]
