@@ -33,6 +33,7 @@ class FileHead:
     last_line: int  # the last line of the file the head covers (-1: none)
     symbols: int  # declarations outlined
     imports: bool  # the import list is in the head: the cursor's part leaves it out
+    items: int = 0  # how many of the candidates take_items kept it shows (render_head may shed the last ones)
 
 
 HeadItem = list[Piece]  # an import, or a declaration's outline
@@ -100,16 +101,9 @@ def render_head(kept: list[HeadItem], language: str, file_lines: list[str], budg
         if tokens <= budget_tokens:
             imports = any(p.group == "imports" for p in pieces)
             symbols = sum(1 for item in kept if item[0].group != "imports")
-            return FileHead(text, tokens, last, symbols, imports)
+            return FileHead(text, tokens, last, symbols, imports, len(kept))
         kept.pop()
     return FileHead("", 0, -1, 0, False)
-
-
-def file_head(table: FileSymbols, language: str, file_lines: list[str], budget_tokens: int,
-              count_tokens: Callable[[str], int]) -> FileHead:
-    """The file's imports and declarations from its top, as many as ``budget_tokens`` holds."""
-    kept, _ = take_items(table, budget_tokens, count_tokens)
-    return render_head(kept, language, file_lines, budget_tokens, count_tokens)
 
 
 def with_head(ctx: AssembledContext, head: FileHead | None) -> AssembledContext:

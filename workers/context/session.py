@@ -62,7 +62,7 @@ class FileSession:
         held = self._head
         if held is not None and held[0] == key:
             head = held[1]
-            if head.text and head.last_line != (moved := last_line(kept)):
+            if head.text and head.last_line != (moved := last_line(kept[:head.items])):
                 head = replace(head, last_line=moved)  # lines above it were added or removed
                 self._head = (key, head)
             return head
