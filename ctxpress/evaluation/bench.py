@@ -87,10 +87,11 @@ async def _send(client: CompletionClient, request: CompletionRequest) -> tuple[f
     return (time.perf_counter() - started) * 1000, reply
 
 
-async def _open(client: CompletionClient, case: Case, text: str) -> None:
-    # as an IDE does, with the cursor where the developer will type (the engine may pre-warm it)
+async def _open(client: CompletionClient, case: Case, text: str, features: dict[str, bool] | None) -> None:
+    # as an IDE does, with the cursor where the developer will type (the engine may pre-warm it) and the switches
+    # its requests will carry
     await client.file_opened(FileOpened(repository=Path(case.repo).name, path=case.path, text=text,
-                                        line=case.line, column=case.column))
+                                        line=case.line, column=case.column, features=features))
 
 
 async def _cases_scenario(client: CompletionClient, name: str, cases: Sequence[Case], cfg: BenchConfig,
@@ -99,7 +100,7 @@ async def _cases_scenario(client: CompletionClient, name: str, cases: Sequence[C
     deadline = time.monotonic() + cfg.max_seconds
     texts = {c.path: (Path(c.repo) / c.path).read_text(encoding="utf-8") for c in cases}
     for case in cases:
-        await _open(client, case, texts[case.path])
+        await _open(client, case, texts[case.path], cfg.features)
     order = ([(r, c, m) for r in range(rounds) for c in cases for m in cfg.modes] if interleave
              else [(r, c, m) for m in cfg.modes for r in range(rounds) for c in cases])
     for _, case, mode in order:
@@ -362,7 +363,7 @@ async def _jump(client: CompletionClient, path: Path, cfg: BenchConfig, progress
     text = await asyncio.to_thread(path.read_text, encoding="utf-8")
     samples: list[Sample] = []
     for label, features in cfg.jump_layouts or (("optimized", cfg.features),):
-        await _open(client, cases[0], text)
+        await _open(client, cases[0], text, features)
         for case in cases:
             cut, _ = cut_out(text, case.line, case.column)
             latency, reply = await _send(client, _request(case, cut, "optimized", "jump", cfg.max_tokens, features))

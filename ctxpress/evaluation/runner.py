@@ -96,7 +96,8 @@ async def run_eval(cases: Sequence[Case], config: EvalConfig, out: Path | None =
                 cut, _ = cut_out(text, case.line, case.column)
                 if case.path not in opened:
                     # as an IDE does: the file is opened before anyone types in it
-                    await client.file_opened(FileOpened(repository=Path(case.repo).name, path=case.path, text=text))
+                    await client.file_opened(FileOpened(repository=Path(case.repo).name, path=case.path, text=text,
+                                                        features=config.features))
                     opened.add(case.path)
                 for mode in _order(index, config.modes):
                     row = await _one(client, case, cut, mode, config)

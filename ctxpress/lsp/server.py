@@ -319,7 +319,7 @@ def build_server(settings: Settings) -> CtxpressServer:
             return
         where = ls.location(item.uri)
         event = FileOpened(repository=where.repository, path=where.path, text=doc.text,
-                           language=language_from_editor(doc.language_id))
+                           language=language_from_editor(doc.language_id), features=ls.options.features)
         ls.appliance.publish_soon(ls.subject("file_opened"), event.model_dump_json(exclude_none=True).encode())
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)

@@ -26,6 +26,7 @@ class Prepared:
     digest: str
     features: dict[str, bool]
     stable_chars: int = 0  # prefix[:stable_chars] changes least: cross-file chunks go after it
+    head_chars: int = 0  # prefix[:head_chars] is the file's head, the same for every cursor (stable_head)
     # The enclosing block up to the cursor: the prefix's last block_chars characters (cross-file
     # chunks go before it), which block_in_middle moves into the FIM middle.
     block_chars: int = 0
@@ -101,5 +102,6 @@ class ContextPreparer:
             dropped=[b.to_report() for b in ctx.dropped],
         )
         return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled, stable_chars=ctx.stable_chars,
+                        head_chars=ctx.head_chars,
                         block_chars=0 if ctx.strategy == "window-fallback" else len(ctx.prefix) - ctx.stable_chars,
                         steady=ctx.steady)

@@ -54,6 +54,15 @@ def prewarm_head(request: CompletionRequest, prepared: Prepared) -> Prompt | Non
     return Prompt(FIM_PREFIX + stable, (0,))
 
 
+def prewarm_file_head(prepared: Prepared) -> Prompt | None:
+    """The file's head alone (stable_head), for a file opened with no cursor known: the prompt of any cursor in it
+    starts with the head (None: no head, or suffix first, where the suffix comes before it)."""
+    head = prepared.prefix[:prepared.head_chars]
+    if not head or prepared.features["suffix_first"]:
+        return None
+    return Prompt(FIM_PREFIX + head, (0,))
+
+
 def cache_key(model_name: str, request: CompletionRequest, features: dict[str, bool],
               caller: Caller | None = None) -> str | None:
     """The engine's KV pool is keyed by repository + path + model (None: the shared context). In team mode

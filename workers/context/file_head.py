@@ -14,13 +14,13 @@ file.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from indexer.summaries import header_line_range, reduce_import, summarize
 from indexer.syntax.parsed_file import ParsedFile
 from indexer.syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
 from workers.context.model import AssembledContext, ContextBlock
-from workers.context.packing import Piece, render_excerpts
+from workers.context.packing import Candidate, Piece, render_excerpts
 
 OUTLINE_KINDS = frozenset({"function", "method", "constructor", "constant", "variable", "type", "macro",
                            *CLASS_KINDS})
@@ -32,26 +32,31 @@ class FileHead:
     tokens: int
     last_line: int  # the last line of the file the head covers (-1: none)
     symbols: int  # declarations outlined
-    imports: bool  # the import list is in the head: the cursor's part leaves it out
     items: int = 0  # how many of the candidates take_items kept it shows (render_head may shed the last ones)
+    # The imports it shows, by their reduced text (as the import list's candidate has them): the cursor's part
+    # leaves out those, and only those. By text, not line, so that they hold when lines above them move.
+    import_texts: frozenset[str] = field(default_factory=frozenset)
 
 
 HeadItem = list[Piece]  # an import, or a declaration's outline
 HeadKey = tuple[tuple[str, str], ...]
 
 
-def _outline(parsed: ParsedFile, members: dict[int, list[Symbol]], sym: Symbol) -> HeadItem:
-    """A declaration's pieces for the outline: a container as its header and its members' signatures."""
+def _outline(parsed: ParsedFile, members: dict[int, list[Symbol]], sym: Symbol) -> Iterator[HeadItem]:
+    """A declaration's outline, one candidate per declaration: a container's header, then each of its members'
+    (so a long class fills what is left of the head instead of ending it)."""
     if not (sym.is_container or sym.kind in CLASS_KINDS):
-        return [Piece(sym.start_line, sym.end_line, summarize(parsed, sym))]
-    head = Piece(sym.start_line, header_line_range(parsed, sym)[1], summarize(parsed, sym, open_container=True))
-    shown = (m for m in members.get(sym.index, ()) if m.kind in OUTLINE_KINDS)
-    return [head, *(p for m in shown for p in _outline(parsed, members, m))]
+        yield [Piece(sym.start_line, sym.end_line, summarize(parsed, sym))]
+        return
+    yield [Piece(sym.start_line, header_line_range(parsed, sym)[1], summarize(parsed, sym, open_container=True))]
+    for member in members.get(sym.index, ()):
+        if member.kind in OUTLINE_KINDS:
+            yield from _outline(parsed, members, member)
 
 
 def head_items(table: FileSymbols) -> Iterator[HeadItem]:
     """The head's candidates in file order, worked out one at a time: each import reduced to its names, each
-    top-level declaration's outline."""
+    declaration's outline line (a class's header, then its members')."""
     parsed = table.parsed
     members: dict[int, list[Symbol]] = {}
     for sym in table.symbols:
@@ -63,7 +68,7 @@ def head_items(table: FileSymbols) -> Iterator[HeadItem]:
         if sym.kind in ("import", "package"):
             yield [Piece(sym.start_line, sym.end_line, reduce_import(parsed, sym).lstrip(), group="imports")]
         elif sym.kind in OUTLINE_KINDS:
-            yield _outline(parsed, members, sym)
+            yield from _outline(parsed, members, sym)
 
 
 def take_items(table: FileSymbols, budget_tokens: int, count_tokens: Callable[[str], int]
@@ -75,13 +80,16 @@ def take_items(table: FileSymbols, budget_tokens: int, count_tokens: Callable[[s
     kept: list[HeadItem] = []
     seen: list[tuple[str, str]] = []
     left = budget_tokens
+    group = ""
     for item in head_items(table):
         seen += [(p.text, p.group) for p in item]
-        cost = sum(count_tokens(p.text) for p in item) + 2  # the gap's marker, roughly
+        joined = bool(group) and item[0].group == group  # the import list's lines follow each other unmarked
+        cost = sum(count_tokens(p.text) for p in item) + (0 if joined else 2)  # 2: the gap's marker, roughly
         if cost > left:
             break
         kept.append(item)
         left -= cost
+        group = item[-1].group
     return kept, tuple(seen)
 
 
@@ -99,11 +107,20 @@ def render_head(kept: list[HeadItem], language: str, file_lines: list[str], budg
         text, last = render_excerpts(pieces, language, file_lines, numbered=False)
         tokens = count_tokens(text)
         if tokens <= budget_tokens:
-            imports = any(p.group == "imports" for p in pieces)
+            imports = frozenset(p.text for p in pieces if p.group == "imports")
             symbols = sum(1 for item in kept if item[0].group != "imports")
-            return FileHead(text, tokens, last, symbols, imports, len(kept))
+            return FileHead(text, tokens, last, symbols, len(kept), imports)
         kept.pop()
-    return FileHead("", 0, -1, 0, False)
+    return FileHead("", 0, -1, 0)
+
+
+def imports_beside(candidate: Candidate, head: FileHead) -> Candidate | None:
+    """The import list's candidate for the cursor's part: the imports the head does not show (None: it shows them
+    all). A head cut inside a long import list leaves the rest to the cursor's part, as the list it would have
+    been there (the ones used near the cursor first)."""
+    forms = [replace(form, pieces=pieces) for form in candidate.forms
+             if (pieces := [p for p in form.pieces if p.text not in head.import_texts])]
+    return replace(candidate, forms=forms) if forms else None
 
 
 def with_head(ctx: AssembledContext, head: FileHead | None) -> AssembledContext:
@@ -113,6 +130,7 @@ def with_head(ctx: AssembledContext, head: FileHead | None) -> AssembledContext:
     ctx.prefix = head.text + ctx.prefix
     ctx.context_tokens += head.tokens
     ctx.stable_chars += len(head.text)
+    ctx.head_chars = len(head.text)
     ctx.blocks.insert(0, ContextBlock(
         kind="head", name=f"file head: imports and {head.symbols} declarations", start_line=0,
         end_line=max(head.last_line, 0), form="summary", tokens=head.tokens,

@@ -50,6 +50,12 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+def _known_features(switches: dict[str, bool] | None) -> None:
+    unknown = set(switches or {}) - set(features.REGISTRY)
+    if unknown:
+        raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(features.REGISTRY)}")
+
+
 class CompletionRequest(BaseModel):
     """What an IDE sends. Either ``text`` or a ``content_hash`` the server already knows."""
 
@@ -90,9 +96,7 @@ class CompletionRequest(BaseModel):
             raise ValueError("give exactly one of 'text' or 'content_hash'")
         if self.language is not None and self.language not in KNOWN_LANGUAGES:
             raise UnsupportedLanguage(self.language, sorted(KNOWN_LANGUAGES))
-        unknown = set(self.features or {}) - set(features.REGISTRY)
-        if unknown:
-            raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(features.REGISTRY)}")
+        _known_features(self.features)
         return self
 
 
@@ -192,6 +196,14 @@ class FileOpened(BaseModel):
     # processed ahead of the first keystroke. 0-based, like CompletionRequest.
     line: int | None = Field(default=None, ge=0)
     column: int = Field(default=0, ge=0)
+    # The switches the IDE's completion requests carry (CompletionRequest.features): the pre-warmed prompt is
+    # the one they will ask for.
+    features: dict[str, bool] | None = None
+
+    @model_validator(mode="after")
+    def _features(self) -> FileOpened:
+        _known_features(self.features)
+        return self
 
 
 # --- Repository index events (JetStream stream ``CTXPRESS_INDEX``) ---------------------------------

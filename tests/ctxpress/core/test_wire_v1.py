@@ -2,7 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from ctxpress.core.errors import UnsupportedLanguage
-from ctxpress.core.wire.v1 import CompletionRequest, content_hash
+from ctxpress.core.wire.v1 import CompletionRequest, FileOpened, content_hash
 
 
 def base(**over: object) -> dict[str, object]:
@@ -47,3 +47,11 @@ def test_unknown_language_is_its_own_error() -> None:
         CompletionRequest.model_validate(base(language="klingon"))
     causes = [e.get("ctx", {}).get("error") for e in info.value.errors()]
     assert any(isinstance(c, UnsupportedLanguage) for c in causes)
+
+
+def test_file_opened_carries_the_requests_switches_and_refuses_unknown_ones() -> None:
+    opened = FileOpened.model_validate_json('{"repository": "r", "path": "a.py", "text": "x = 1\\n",'
+                                            ' "features": {"stable_head": true}}')
+    assert opened.features == {"stable_head": True} and opened.line is None
+    with pytest.raises(ValidationError, match="unknown features"):
+        FileOpened.model_validate_json('{"repository": "r", "path": "a.py", "text": "", "features": {"warp": true}}')
