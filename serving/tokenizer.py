@@ -31,6 +31,10 @@ class Tokenizer:
     def count(self, text: str) -> int:
         return len(self.encode(text))
 
+    def close(self) -> None:
+        """Free the vocabulary now (left to interpreter shutdown, llama.cpp's bindings may be gone already)."""
+        self._vocab.close()
+
 
 def memoized_counter(count: Callable[[str], int], max_chars: int = 4096,
                      entries: int = 20_000) -> Callable[[str], int]:

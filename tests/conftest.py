@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ctxpress.core.settings import Settings
+from serving.tokenizer import Tokenizer
 
 
 def free_port() -> int:
@@ -33,6 +34,14 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(model_path: Path) -> Iterator[Tokenizer]:
+    """The model's own tokenizer (vocabulary only), one per test session."""
+    tok = Tokenizer(model_path)
+    yield tok
+    tok.close()
 
 
 @pytest.fixture(scope="session")

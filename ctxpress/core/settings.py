@@ -16,7 +16,7 @@ from ctxpress.core.database import database_url, stored_password
 from ctxpress.core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
 
 # stable_head: the file head's share of the context budget (measured: docs/context.md)
-DEFAULT_HEAD_SHARE = 0.7
+DEFAULT_HEAD_SHARE = 0.5
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CTXPRESS_", extra="ignore")

@@ -14,6 +14,7 @@ from ctxpress.core.wire.v1 import CompletionRequest, ContextReport
 from workers.context.assemble import assemble_context
 from workers.context.options import AssemblyOptions
 from workers.context.session import FileSessions
+from workers.context.warm import warm_file
 from workers.context.window import MAX_LINE_CHARS, Window, baseline_window, clip_long_lines, split_at_cursor
 
 
@@ -85,12 +86,19 @@ class ContextPreparer:
             w = self._window(request, text, budget)
             return w.prefix, w.suffix
 
+        session = self.sessions.get(request.repository, request.path)
+        if not len(session.trees):
+            # A file's first request, no file_opened before it: its warm-up (the parse, symbols and line counts, in
+            # proportion to the file, which the payload limit bounds) is done here, outside the assembly's deadline,
+            # which is for the work at each keystroke. Otherwise a long file's first request fell back to the window
+            # every time, and the prompt of its next request shared nothing with it.
+            warm_file(session, text, request.language, count_tokens=self.count_tokens)
         options = AssemblyOptions.with_features(
             enabled, budget_tokens=budget, timeout_ms=self.settings.assembly_timeout_ms, language=request.language,
             recent_edit_lines=request.recent_edits or (), fallback=fallback,
             head_share=self.settings.context_head_share)
         ctx = assemble_context(text, request.path, request.line, request.column, count_tokens=self.count_tokens,
-                               options=options, session=self.sessions.get(request.repository, request.path))
+                               options=options, session=session)
         report = ContextReport(
             strategy=ctx.strategy,
             sources=sorted({b.kind for b in ctx.blocks}) or ["window"],

@@ -32,7 +32,7 @@ from workers.context import steady
 from workers.context.below import fill_below
 from workers.context.class_header import class_header_candidates
 from workers.context.enclosing import Enclosing, find_enclosing
-from workers.context.file_head import FileHead, imports_beside, with_head
+from workers.context.file_head import FileHead, with_head
 from workers.context.imports import import_candidates
 from workers.context.line_tokens import LineRangeTokens, exact_counter, line_range_estimator
 from workers.context.model import AssembledContext, ContextBlock
@@ -359,9 +359,8 @@ def _candidates_beside(a: _Assembly, enc: Enclosing, remaining: int) -> tuple[li
     """Every source's candidates for the room ``remaining`` beside ``enc``, and the tokens held for the nearby
     lines (nearby_first)."""
     candidates = _candidates(a.table, enc, a.line, a.options.recent_edit_lines)
-    if a.head is not None and a.head.import_texts:
-        candidates = [beside for c in candidates
-                      if (beside := imports_beside(c, a.head) if c.key == "imports" else c) is not None]
+    if a.head is not None and a.head.imports:  # those the head could not show too (docs/context.md: measured)
+        candidates = [c for c in candidates if c.key != "imports"]
     if a.options.similar:
         candidates += similar_candidates(a.parsed, a.line, a.column, enc.shown_ranges, a.estimate_lines,
                                          a.marker_tokens)

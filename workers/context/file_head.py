@@ -14,13 +14,13 @@ file.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 from indexer.summaries import header_line_range, reduce_import, summarize
 from indexer.syntax.parsed_file import ParsedFile
 from indexer.syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
 from workers.context.model import AssembledContext, ContextBlock
-from workers.context.packing import Candidate, Piece, render_excerpts
+from workers.context.packing import Piece, render_excerpts
 
 OUTLINE_KINDS = frozenset({"function", "method", "constructor", "constant", "variable", "type", "macro",
                            *CLASS_KINDS})
@@ -32,10 +32,10 @@ class FileHead:
     tokens: int
     last_line: int  # the last line of the file the head covers (-1: none)
     symbols: int  # declarations outlined
+    # It shows imports: the cursor's part leaves the import list out, the imports the head could not show too
+    # (they cost more than they gave when the cursor's part took them: docs/context.md).
+    imports: bool
     items: int = 0  # how many of the candidates take_items kept it shows (render_head may shed the last ones)
-    # The imports it shows, by their reduced text (as the import list's candidate has them): the cursor's part
-    # leaves out those, and only those. By text, not line, so that they hold when lines above them move.
-    import_texts: frozenset[str] = field(default_factory=frozenset)
 
 
 HeadItem = list[Piece]  # an import, or a declaration's outline
@@ -107,20 +107,11 @@ def render_head(kept: list[HeadItem], language: str, file_lines: list[str], budg
         text, last = render_excerpts(pieces, language, file_lines, numbered=False)
         tokens = count_tokens(text)
         if tokens <= budget_tokens:
-            imports = frozenset(p.text for p in pieces if p.group == "imports")
+            imports = any(p.group == "imports" for p in pieces)
             symbols = sum(1 for item in kept if item[0].group != "imports")
-            return FileHead(text, tokens, last, symbols, len(kept), imports)
+            return FileHead(text, tokens, last, symbols, imports, len(kept))
         kept.pop()
-    return FileHead("", 0, -1, 0)
-
-
-def imports_beside(candidate: Candidate, head: FileHead) -> Candidate | None:
-    """The import list's candidate for the cursor's part: the imports the head does not show (None: it shows them
-    all). A head cut inside a long import list leaves the rest to the cursor's part, as the list it would have
-    been there (the ones used near the cursor first)."""
-    forms = [replace(form, pieces=pieces) for form in candidate.forms
-             if (pieces := [p for p in form.pieces if p.text not in head.import_texts])]
-    return replace(candidate, forms=forms) if forms else None
+    return FileHead("", 0, -1, 0, False)
 
 
 def with_head(ctx: AssembledContext, head: FileHead | None) -> AssembledContext:

@@ -13,8 +13,7 @@ from indexer.syntax.symbols.model import FileSymbols
 from indexer.syntax.symbols.table import extract_symbols
 from indexer.syntax.tree_cache import TreeCache
 from workers.context.assemble import assemble_context
-from workers.context.file_head import head_items, imports_beside, render_head, take_items
-from workers.context.imports import import_candidates
+from workers.context.file_head import head_items, render_head, take_items
 from workers.context.model import AssembledContext
 from workers.context.options import AssemblyOptions
 from workers.context.session import FileSession
@@ -132,19 +131,3 @@ def test_a_long_class_fills_the_head_member_by_member(count_tokens: Callable[[st
     # With one candidate per class, the first class too long for what the imports left ended the head far short.
     assert head.tokens > 0.9 * budget and head.symbols > 1
 
-
-def test_a_head_cut_inside_the_imports_leaves_the_rest_to_the_cursors_part(count_tokens: Callable[[str], int]
-                                                                           ) -> None:
-    text = LONG_FILE.read_text(encoding="utf-8")
-    table = _table(text)
-    imports = import_candidates(table, set(), set())[0]
-    every = [p.text for p in imports.forms[0].pieces]
-    kept, _ = take_items(table, 200, count_tokens)
-    head = render_head(kept, "python", text.split("\n"), 200, count_tokens)
-    assert 0 < len(head.import_texts) < len(set(every))
-    rest = imports_beside(imports, head)
-    assert rest is not None
-    assert [p.text for p in rest.forms[0].pieces] == [t for t in every if t not in head.import_texts]
-    wide_kept, _ = take_items(table, WIDE, count_tokens)
-    wide = render_head(wide_kept, "python", text.split("\n"), WIDE, count_tokens)
-    assert wide.import_texts == set(every) and imports_beside(imports, wide) is None
