@@ -366,7 +366,9 @@ def build_server(settings: Settings) -> CtxpressServer:
         event = FileSaved(repository=where.repository, path=where.path, text=text, saved_at=time.time())
         ls.appliance.publish_soon(ls.subject("file_saved"), event.model_dump_json(exclude_none=True).encode())
 
-    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION)
+    # With options, or pygls does not advertise ``inlineCompletionProvider``: VS Code's language client
+    # and Neovim ask only servers that advertise it.
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: CtxpressServer, params: types.InlineCompletionParams
                                 ) -> types.InlineCompletionList | None:
         explicit = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked

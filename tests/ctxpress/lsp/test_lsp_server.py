@@ -44,6 +44,7 @@ class Editor:
         self.messages: list[types.ShowMessageParams] = []
         self.statuses: list[dict[str, Any]] = []
         self.versions: dict[str, int] = {}
+        self.capabilities = types.ServerCapabilities()
 
     def open(self, uri: str, source: str, language: str = "python") -> None:
         self.versions[uri] = 1
@@ -90,10 +91,11 @@ async def start_editor(appliance: Appliance, options: dict[str, Any], root: Path
 
     env = {**appliance.env}
     await client.start_io(sys.executable, "-m", "ctxpress.cli", "lsp", env=env)
-    await client.initialize_async(types.InitializeParams(
+    initialized = await client.initialize_async(types.InitializeParams(
         capabilities=CAPABILITIES, initialization_options={"maxTokens": 12, **options},
         workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)]))
     client.initialized(types.InitializedParams())
+    editor.capabilities = initialized.capabilities
     return editor
 
 
@@ -194,6 +196,20 @@ async def test_typing_then_inline_completion_forward_cache_and_acceptance(
     rows = await feedback_landed(appliance, completion_id, {"accepted", "shown"})
     assert {(r.action, r.chars_kept) for r in rows} == {("shown", None), ("accepted", len(suggestion))}
     await sub.unsubscribe()
+
+
+async def test_a_client_that_reads_capabilities_first_gets_inline_completions(editor: Editor, repo: Path) -> None:
+    """VS Code's language client registers its inline provider, and Neovim asks a server, only when
+    ``initialize`` advertised ``inlineCompletionProvider``; editors without LSP 3.18 use plain completion."""
+    capabilities = editor.capabilities
+    assert capabilities.inline_completion_provider, "without it VS Code and Neovim never ask for ghost text"
+    assert capabilities.completion_provider is not None
+    assert capabilities.execute_command_provider is not None
+    assert "ctxpress.accept" in capabilities.execute_command_provider.commands
+    uri = (repo / "pkg" / "math_utils.py").as_uri()
+    editor.open(uri, SOURCE)
+    result = await editor.inline(uri, *CURSOR)
+    assert result is not None and result.items and str(result.items[0].insert_text).startswith("a + b"), result
 
 
 def cancelled_in_worker(appliance: Appliance) -> float:
