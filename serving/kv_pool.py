@@ -89,7 +89,8 @@ class KVPool:
         """Choose the slot for ``prompt`` (plus ``room`` cells for generated tokens).
 
         A keyed request goes to its file's slot; a file seen for the first time takes an empty
-        slot or the least recently used one, whose file is then evicted. Requests without a key
+        slot or the least recently used one, whose file is then evicted and none of whose tokens
+        are reused. Requests without a key
         all share one slot, which is exactly llama.cpp's single-context prefix reuse (the
         baseline, and the pool switched off). The caller trims the slot's KV to ``reused``
         tokens and processes the rest of the prompt.
@@ -107,7 +108,9 @@ class KVPool:
                 evicted.append(slot.key or f"seq{slot.seq_id}")
                 if slot.key is not None:
                     displaced = (slot.key, list(slot.tokens))
-        reused = self.reusable(slot.tokens, prompt)
+        # Another key's tokens are never reused: the reply's cached-token count would tell this
+        # caller how much of their prompt matches what the slot's previous owner sent.
+        reused = self.reusable(slot.tokens, prompt) if slot.key == key else 0
         slot.key = key
         slot.last_used = next(self._clock)
         self.stats.requests += 1

@@ -34,6 +34,18 @@ def test_least_recently_used_file_is_evicted_and_the_bound_holds() -> None:
     assert pool.stats.evictions == 1 and len([s for s in pool.slots if s.tokens]) <= 2
 
 
+def test_a_slot_taken_from_another_key_reuses_none_of_its_tokens() -> None:
+    """Keys are per user in team mode: reusing the previous owner's prefix would report, in the
+    reply's cached tokens, how much of a guessed prompt matches another user's code."""
+    pool = KVPool(n_slots=1, cells_per_slot=100)
+    pool.lease("model:alice:repo:secret.py", [1, 2, 3, 4, 5], room=1).slot.tokens = [1, 2, 3, 4, 5]
+    probe = pool.lease("model:mallory:repo:secret.py", [1, 2, 3, 4, 9], room=1)
+    assert probe.reused == 0 and probe.evicted == ["model:alice:repo:secret.py"]
+    assert pool.stats.reused_tokens == 0 and pool.stats.hits == 0
+    probe.slot.tokens = [1, 2, 3, 4, 9]
+    assert pool.lease("model:mallory:repo:secret.py", [1, 2, 3, 4, 9, 7], room=1).reused == 5
+
+
 def test_unkeyed_prompts_share_one_slot_like_a_single_llama_context() -> None:
     pool = KVPool(n_slots=3, cells_per_slot=100)
     pool.lease(None, [1, 2, 3], room=1).slot.tokens = [1, 2, 3]
