@@ -173,7 +173,7 @@ def _cmd_hooks(args: argparse.Namespace, settings: Settings) -> int:
         if args.action == "install":
             root = repo_root(args.repo)
             nats_url, credentials = settings.effective_nats_url(), None
-            if settings.nats_credentials is not None:  # team mode: the hooks credentials (`ctxpress users hooks`)
+            if settings.nats_credentials is not None:  # team mode: a developer's or a hooks user's credentials
                 nats_url = load_credentials(settings.nats_credentials).nats_url
                 credentials = settings.nats_credentials.expanduser().resolve()
             report = hooks.install(root, args.name or root.name, nats_url, credentials)

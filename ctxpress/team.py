@@ -21,10 +21,11 @@ from urllib.parse import urlsplit
 from ctxpress.core.identity import (
     AUTHORIZATION_FILE,
     COMPLETION_KINDS,
-    HOOKS_USER,
     INDEXER_USER,
+    RESERVED_NAMES,
     SERVICE_BCRYPT_ROUNDS,
-    SERVICE_USERS,
+    USER_KIND_DEVELOPER,
+    USER_KIND_HOOKS,
     USER_SUBJECT_PREFIX,
     WORKER_USER,
     NatsCredentials,
@@ -40,7 +41,7 @@ from ctxpress.core.identity import (
     write_private_file,
 )
 from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_INDEX_GIT
+from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
 
 # --- the nats-server authorization block ---------------------------------------------------------------
 
@@ -49,6 +50,7 @@ from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_I
 class TeamUser:
     name: str
     password_hash: str  # bcrypt
+    kind: str = USER_KIND_DEVELOPER
 
 
 def developer_permissions(name: str) -> dict[str, Any]:
@@ -56,10 +58,12 @@ def developer_permissions(name: str) -> dict[str, Any]:
             "subscribe": {"allow": [f"{inbox_prefix(name)}.>"]}}
 
 
-def hooks_permissions() -> dict[str, Any]:
-    # A plain publish with a reply inbox: JetStream stores it and acks to the inbox. No JetStream API: the
-    # workers create the stream, so a hooks credential can neither change nor read it.
-    return {"publish": {"allow": [SUBJECT_INDEX_GIT]}, "subscribe": {"allow": [f"{inbox_prefix(HOOKS_USER)}.>"]}}
+def hooks_permissions(name: str) -> dict[str, Any]:
+    # A plain publish on its own index subject, with a reply inbox: JetStream stores it and acks to the inbox.
+    # The index worker indexes it only into a repository ``name`` is granted. No JetStream API (the workers
+    # create the stream, so a hooks user can neither change nor read it) and no completion requests.
+    return {"publish": {"allow": [user_subject(name, "index_git")]},
+            "subscribe": {"allow": [f"{inbox_prefix(name)}.>"]}}
 
 
 def worker_permissions(settings: Settings) -> dict[str, Any]:
@@ -93,14 +97,12 @@ def render_authorization(settings: Settings, users: Iterable[TeamUser], services
          "permissions": worker_permissions(settings)},
         {"user": INDEXER_USER, "password": bcrypt_hash(services[INDEXER_USER].password, SERVICE_BCRYPT_ROUNDS),
          "permissions": indexer_permissions(settings)},
-        {"user": HOOKS_USER, "password": bcrypt_hash(services[HOOKS_USER].password, SERVICE_BCRYPT_ROUNDS),
-         "permissions": hooks_permissions()},
     ]
     for user in sorted(users, key=lambda u: u.name):
-        if user.name in SERVICE_USERS:
+        if user.name in RESERVED_NAMES:
             continue  # never shadow a service user (the CLI refuses these names)
-        entries.append({"user": user.name, "password": user.password_hash,
-                        "permissions": developer_permissions(user.name)})
+        permissions = hooks_permissions(user.name) if user.kind == USER_KIND_HOOKS else developer_permissions(user.name)
+        entries.append({"user": user.name, "password": user.password_hash, "permissions": permissions})
     return ("# Written by ctxpress (`ctxpress up`, `ctxpress users`); changes here are overwritten.\n"
             f"authorization: {json.dumps({'users': entries}, indent=2)}\n")
 
@@ -129,7 +131,7 @@ def sync_authorization(settings: Settings, report: Callable[[str], None] = print
     connections of users still allowed stay up; those of removed users are closed by nats-server)."""
     from db.team import password_hashes
 
-    users = [TeamUser(name, hashed) for name, hashed in password_hashes(settings.effective_database_url())]
+    users = [TeamUser(name, hashed, kind) for name, hashed, kind in password_hashes(settings.effective_database_url())]
     path = write_authorization(settings, users)
     if settings.nats_url is not None:
         report(f"  NATS is external: include {path} in its configuration and reload it (nats-server --signal reload)")

@@ -42,6 +42,14 @@ def _emit(text: str, out: Path | None, what: str) -> None:
         print(f"wrote {what} to {out} (mode 0600)", file=sys.stderr)
 
 
+def _emit_credentials(settings: Settings, args: argparse.Namespace, name: str, password: str) -> None:
+    from ctxpress.core import identity
+
+    credentials = identity.NatsCredentials(args.url or identity.public_nats_url(settings), name, password,
+                                           identity.client_ca(settings))
+    _emit(identity.credentials_text(credentials), args.out, f"the credentials of {name}")
+
+
 def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError
 
@@ -57,18 +65,28 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
               file=sys.stderr)
     try:
         migrate(url)  # the tables exist even before the first `ctxpress up` against this database
-        if args.action == "add":
+        if args.action in ("add", "hooks"):
+            kind = identity.USER_KIND_HOOKS if args.action == "hooks" else identity.USER_KIND_DEVELOPER
             name = identity.validate_name(args.name)
-            if name in identity.SERVICE_USERS:
+            if name in identity.RESERVED_NAMES:
                 return _fail(f"{name!r} is reserved for the appliance's own services", 2)
             password = identity.new_password()
-            store.add_user(url, name, identity.bcrypt_hash(password, identity.DEVELOPER_BCRYPT_ROUNDS), args.repos)
+            store.add_user(url, name, identity.bcrypt_hash(password, identity.DEVELOPER_BCRYPT_ROUNDS), args.repos,
+                           kind)
             team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
-            credentials = identity.NatsCredentials(args.url or identity.public_nats_url(settings), name, password,
-                                               identity.client_ca(settings))
-            _emit(identity.credentials_text(credentials), args.out, f"the credentials of {name}")
-            print(f"added {name} with {', '.join(args.repos)}; the editor reads the file through "
-                  "CTXPRESS_NATS_CREDENTIALS (the password is not stored anywhere else)", file=sys.stderr)
+            _emit_credentials(settings, args, name, password)
+            reader = ("`ctxpress hooks install` reads the file through CTXPRESS_NATS_CREDENTIALS; its hooks index "
+                      "only these repositories" if kind == identity.USER_KIND_HOOKS
+                      else "the editor reads the file through CTXPRESS_NATS_CREDENTIALS")
+            print(f"added {kind} user {name} with {', '.join(args.repos)}; {reader} (the password is not stored "
+                  "anywhere else)", file=sys.stderr)
+        elif args.action == "rotate":
+            password = identity.new_password()
+            store.set_password(url, args.name, identity.bcrypt_hash(password, identity.DEVELOPER_BCRYPT_ROUNDS))
+            team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
+            _emit_credentials(settings, args, args.name, password)
+            print(f"new password for {args.name}: the old one no longer logs in; hand over the new file",
+                  file=sys.stderr)
         elif args.action == "grant":
             store.grant(url, args.name, args.repos)
             print(f"{args.name} may now use {', '.join(args.repos)}")
@@ -82,15 +100,12 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
         elif args.action == "list":
             rows = store.list_users(url)
             if args.json:
-                print(json.dumps([{"name": r.name, "created_at": r.created_at.isoformat(),
+                print(json.dumps([{"name": r.name, "kind": r.kind, "created_at": r.created_at.isoformat(),
                                    "repositories": r.repositories} for r in rows], indent=2))
             else:
                 for r in rows:
-                    print(f"  {r.name:<20} {', '.join(r.repositories) or '(no repositories)'}")
+                    print(f"  {r.name:<20} {r.kind:<10} {', '.join(r.repositories) or '(no repositories)'}")
                 print(f"{len(rows)} user(s); service credentials in {identity.team_dir(settings)}", file=sys.stderr)
-        elif args.action == "hooks":
-            hooks = identity.ensure_service_credentials(settings)[identity.HOOKS_USER]
-            _emit(identity.credentials_text(hooks), args.out, "the hooks credentials")
         elif args.action == "sync":
             path = team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
             print(f"wrote {path}")
@@ -108,10 +123,16 @@ def register(subparsers: Any) -> None:
     sub = users.add_subparsers(dest="action", required=True)
 
     add = sub.add_parser("add", help="add a developer; prints the credentials file their editor reads")
-    add.add_argument("name")
-    add.add_argument("--repos", type=_repositories, required=True, help="repositories they may use: A,B")
-    add.add_argument("--out", type=Path, help="write the credentials file here (mode 0600) instead of stdout")
-    add.add_argument("--url", help="the NATS URL their machine connects to (default: this appliance's)")
+    hooks = sub.add_parser("hooks", help="add a hooks user (a CI runner, a server's checkout): its git hooks index "
+                                         "only the repositories given; prints its credentials file")
+    rotate = sub.add_parser("rotate", help="a new password for a user (the old one stops working); prints the new "
+                                           "credentials file")
+    for cmd in (add, hooks, rotate):
+        cmd.add_argument("name")
+        cmd.add_argument("--out", type=Path, help="write the credentials file here (mode 0600) instead of stdout")
+        cmd.add_argument("--url", help="the NATS URL their machine connects to (default: this appliance's)")
+    for cmd in (add, hooks):
+        cmd.add_argument("--repos", type=_repositories, required=True, help="repositories they may use: A,B")
     for action, what in (("grant", "let them use more repositories"), ("revoke", "take repositories away")):
         cmd = sub.add_parser(action, help=what)
         cmd.add_argument("name")
@@ -120,8 +141,6 @@ def register(subparsers: Any) -> None:
     remove.add_argument("name")
     listing = sub.add_parser("list", help="developers and their repositories")
     listing.add_argument("--json", action="store_true")
-    hooks = sub.add_parser("hooks", help="print the credentials file git hooks publish index events with")
-    hooks.add_argument("--out", type=Path)
     sub.add_parser("sync", help="rewrite the NATS authorization block from PostgreSQL and reload NATS")
     for cmd in sub.choices.values():
         cmd.set_defaults(func=_cmd_users)

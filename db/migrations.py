@@ -142,6 +142,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE completion_events ADD COLUMN restore_ms real",
         ),
     ),
+    Migration(
+        6,
+        "team users of two kinds: developers, and git hooks scoped to their granted repositories",
+        (
+            "ALTER TABLE team_users ADD COLUMN kind text NOT NULL DEFAULT 'developer'"
+            " CHECK (kind IN ('developer', 'hooks'))",
+        ),
+    ),
 )
 
 

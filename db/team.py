@@ -26,13 +26,14 @@ class UserRow:
     name: str
     created_at: datetime
     repositories: list[str] = field(default_factory=list)
+    kind: str = "developer"
 
 
-def add_user(url: str, name: str, password_hash: str, repositories: Iterable[str]) -> None:
+def add_user(url: str, name: str, password_hash: str, repositories: Iterable[str], kind: str = "developer") -> None:
     try:
         with engine_for(url).begin() as conn:
-            conn.execute(text("INSERT INTO team_users (name, password_hash) VALUES (:n, :h)"),
-                         {"n": name, "h": password_hash})
+            conn.execute(text("INSERT INTO team_users (name, password_hash, kind) VALUES (:n, :h, :k)"),
+                         {"n": name, "h": password_hash, "k": kind})
             _grant(conn, name, repositories)
     except IntegrityError:
         raise UserExists(f"user {name!r} exists already") from None
@@ -63,14 +64,26 @@ def list_users(url: str) -> list[UserRow]:
     with engine_for(url).connect() as conn:
         rows = conn.execute(text(
             "SELECT u.name, u.created_at, coalesce(array_agg(g.repository ORDER BY g.repository)"
-            " FILTER (WHERE g.repository IS NOT NULL), '{}')"
+            " FILTER (WHERE g.repository IS NOT NULL), '{}'), u.kind"
             " FROM team_users u LEFT JOIN team_grants g ON g.user_name = u.name GROUP BY u.name ORDER BY u.name"))
-        return [UserRow(name, created, list(repos)) for name, created, repos in rows]
+        return [UserRow(name, created, list(repos), kind) for name, created, repos, kind in rows]
 
 
-def password_hashes(url: str) -> list[tuple[str, str]]:
+def password_hashes(url: str) -> list[tuple[str, str, str]]:
+    """(name, bcrypt hash, kind) of every user."""
     with engine_for(url).connect() as conn:
-        return [(n, h) for n, h in conn.execute(text("SELECT name, password_hash FROM team_users ORDER BY name"))]
+        return [(n, h, k) for n, h, k in conn.execute(text(
+            "SELECT name, password_hash, kind FROM team_users ORDER BY name"))]
+
+
+def set_password(url: str, name: str, password_hash: str) -> str:
+    """A user's new password (its hash); returns the user's kind."""
+    with engine_for(url).begin() as conn:
+        row = conn.execute(text("UPDATE team_users SET password_hash = :h WHERE name = :n RETURNING kind"),
+                           {"n": name, "h": password_hash}).first()
+    if row is None:
+        raise UnknownUser(f"no user {name!r}")
+    return str(row[0])
 
 
 def repositories_of(url: str, name: str) -> frozenset[str]:

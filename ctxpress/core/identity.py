@@ -33,8 +33,15 @@ COMPLETION_KINDS = ("complete", "file_opened", "feedback", "cancel")
 USER_KINDS = (*COMPLETION_KINDS, "file_saved", "index_git")
 WORKER_USER = "worker"  # the completion worker (and the probes of `ctxpress up` and the supervisor)
 INDEXER_USER = "indexer"  # the index worker: the index stream through JetStream, nothing of the editors' subjects
-HOOKS_USER = "hooks"  # git hooks: index events only
-SERVICE_USERS = (WORKER_USER, INDEXER_USER, HOOKS_USER)
+# The name of an unscoped hooks credential that older appliances issued; no longer issued or accepted (git
+# hooks publish as a developer, or as a hooks user scoped to its granted repositories), and never a user's name.
+HOOKS_USER = "hooks"
+SERVICE_USERS = (WORKER_USER, INDEXER_USER)
+RESERVED_NAMES = (*SERVICE_USERS, HOOKS_USER)
+# What a team user is: a developer (their editor and their git hooks), or git hooks alone (a CI runner, a
+# server's checkout) whose index events reach only the repositories it is granted.
+USER_KIND_DEVELOPER = "developer"
+USER_KIND_HOOKS = "hooks"
 # A NATS subject token (no '.', '*', '>' or space) that is also a plain file and column value.
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 CREDENTIALS_FORMAT = "ctxpress-nats-credentials/1"
@@ -238,7 +245,7 @@ def write_private_file(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-# --- the service credentials (worker, hooks) ------------------------------------------------------------
+# --- the service credentials (worker, indexer) ----------------------------------------------------------
 
 
 def team_dir(settings: Settings) -> Path:
@@ -260,8 +267,10 @@ def public_nats_url(settings: Settings) -> str:
 
 
 def ensure_service_credentials(settings: Settings) -> dict[str, NatsCredentials]:
-    """The worker and hooks credentials of this appliance, created on first use under ``<home>/team``."""
+    """The worker and indexer credentials of this appliance, created on first use under ``<home>/team``."""
     team_dir(settings).mkdir(parents=True, exist_ok=True, mode=0o700)
+    # an unscoped hooks credential left by an older appliance: useless now, and not to be handed out
+    service_credentials_path(settings, HOOKS_USER).unlink(missing_ok=True)
     url, ca = public_nats_url(settings), client_ca(settings)
     found: dict[str, NatsCredentials] = {}
     for name in SERVICE_USERS:

@@ -102,16 +102,20 @@ def test_generated_authorization_gives_each_credential_only_its_subjects(tmp_pat
         assert stat.S_IMODE(identity.service_credentials_path(settings, name).stat().st_mode) == 0o600
     alice_hash = identity.bcrypt_hash("alice-password", 4)
     users = _authorization(team.render_authorization(
-        settings, [team.TeamUser("alice", alice_hash), team.TeamUser("worker", alice_hash)], services))
-    assert sorted(users) == ["alice", "hooks", "indexer", "worker"]  # a developer "worker" never shadows the service
+        settings, [team.TeamUser("alice", alice_hash), team.TeamUser("worker", alice_hash),
+                   team.TeamUser("ci", alice_hash, identity.USER_KIND_HOOKS),
+                   team.TeamUser("hooks", alice_hash, identity.USER_KIND_HOOKS)], services))
+    # a user named like a service never shadows it; the unscoped "hooks" credential is gone
+    assert sorted(users) == ["alice", "ci", "indexer", "worker"]
     assert users["alice"]["password"] == alice_hash and alice_hash.startswith("$2a$")
     for name in identity.SERVICE_USERS:  # plain passwords never reach the config
         hashed = users[name]["password"]
         assert hashed.startswith("$2a$04$") and bcrypt.checkpw(services[name].password.encode(), hashed.encode())
     assert users["alice"]["permissions"] == {"publish": {"allow": ["ctxpress.v1.u.alice.>"]},
                                              "subscribe": {"allow": ["_INBOX.alice.>"]}}
-    assert users["hooks"]["permissions"] == {"publish": {"allow": [SUBJECT_INDEX_GIT]},
-                                             "subscribe": {"allow": ["_INBOX.hooks.>"]}}
+    # a hooks user: its own index subject only (the index worker checks its grants), no completion requests
+    assert users["ci"]["permissions"] == {"publish": {"allow": ["ctxpress.v1.u.ci.index_git"]},
+                                          "subscribe": {"allow": ["_INBOX.ci.>"]}}
     worker = users["worker"]["permissions"]
     assert worker["allow_responses"] is True
     assert {f"ctxpress.v1.u.*.{kind}" for kind in ("complete", "file_opened", "feedback", "cancel")} <= \
@@ -279,23 +283,27 @@ async def test_a_user_cannot_listen_to_other_users_requests_or_replies(alice: id
         await conn.client.close()
 
 
-async def test_hooks_publish_index_events_but_not_completion_requests(settings: Settings,
-                                                                     indexer_conn: Connection) -> None:
+async def test_hooks_users_publish_their_own_index_events_only(settings: Settings, indexer_conn: Connection,
+                                                              tmp_path: Path) -> None:
     await ensure_stream(indexer_conn.client.jetstream(), settings)  # as the index worker does at start
-    hooks = identity.load_credentials(identity.service_credentials_path(settings, identity.HOOKS_USER))
+    made = _ctxpress(settings, "hooks", "ci-alpha", "--repos", "alpha", "--out", str(tmp_path / "ci.json"))
+    assert made.returncode == 0, made.stderr
+    hooks = identity.load_credentials(tmp_path / "ci.json")
     event = json.dumps({"repository": "alpha", "commit": "a" * 40, "hook": "post-commit", "changes": []}).encode()
     client = TinyNats(settings.effective_nats_url(), hooks.user, hooks.password, hooks.ca)  # the hook's own client
     try:
-        (seq,) = client.publish_all(SUBJECT_INDEX_GIT, [event], timeout_s=5)
+        (seq,) = client.publish_all(hooks.subject("index_git"), [event], timeout_s=5)
         assert seq > 0
     finally:
         client.close()
-    client = TinyNats(settings.effective_nats_url(), hooks.user, hooks.password, hooks.ca)
-    try:
-        with pytest.raises(PublishError, match="Permissions Violation"):
-            client.publish_all("ctxpress.v1.u.alice.complete", [b"{}"], timeout_s=5)
-    finally:
-        client.close()
+    # the unscoped subject whose events were trusted for every repository, and completion requests: refused
+    for subject in (SUBJECT_INDEX_GIT, "ctxpress.v1.u.alice.index_git", hooks.subject("complete")):
+        client = TinyNats(settings.effective_nats_url(), hooks.user, hooks.password, hooks.ca)
+        try:
+            with pytest.raises(PublishError, match="Permissions Violation"):
+                client.publish_all(subject, [event], timeout_s=5)
+        finally:
+            client.close()
     conn = await connect(settings.effective_nats_url(), **hooks.connect_options())
     try:
         with pytest.raises(nats.errors.TimeoutError):  # the server drops a request it may not publish
@@ -312,7 +320,7 @@ async def test_hooks_installed_with_the_hooks_credentials_publish_a_commit(setti
     await ensure_stream(js, settings)
     before = (await js.stream_info(settings.index_stream)).state.last_seq
     hooks_file = tmp_path / "hooks.json"
-    written = _ctxpress(settings, "hooks", "--out", str(hooks_file))
+    written = _ctxpress(settings, "hooks", "ci-shop", "--repos", "alpha", "--out", str(hooks_file))
     assert written.returncode == 0, written.stderr
     root = make_repo(tmp_path / "repo")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPRESS_")}
@@ -368,6 +376,16 @@ async def test_users_cli_adds_and_removes_a_user_without_restarting_nats(setting
     rows = {u["name"]: u["repositories"] for u in json.loads(_ctxpress(settings, "list", "--json").stdout)}
     assert rows["carol"] == ["delta", "gamma"]
 
+    rotated = _ctxpress(settings, "rotate", "carol", "--out", str(tmp_path / "carol-new.json"))
+    assert rotated.returncode == 0, rotated.stderr
+    await asyncio.wait_for(closed.wait(), timeout=10)  # her connection with the old password is closed
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        await connect(carol.nats_url, **carol.connect_options())
+    carol = identity.load_credentials(tmp_path / "carol-new.json")
+    closed.clear()
+    conn = await connect(carol.nats_url, closed_cb=on_closed, **carol.connect_options())
+    assert conn.client.is_connected
+
     removed = _ctxpress(settings, "remove", "carol")
     assert removed.returncode == 0, removed.stderr
     await asyncio.wait_for(closed.wait(), timeout=10)  # nats-server closed the removed user's connection
@@ -378,9 +396,19 @@ async def test_users_cli_adds_and_removes_a_user_without_restarting_nats(setting
     assert _ctxpress(settings, "add", "worker", "--repos", "alpha").returncode == 2  # reserved
     assert _ctxpress(settings, "add", "Dave.X", "--repos", "alpha").returncode == 2
     assert _ctxpress(settings, "grant", "nobody", "--repos", "alpha").returncode == 2
-    hooks = _ctxpress(settings, "hooks")
-    fields = {k: v for k, v in json.loads(hooks.stdout).items() if k != "format"}
-    assert identity.NatsCredentials(**fields).user == "hooks"
+    assert _ctxpress(settings, "hooks", "hooks", "--repos", "alpha").returncode == 2  # reserved
+    assert _ctxpress(settings, "rotate", "nobody").returncode == 2
+
+
+async def test_no_unscoped_hooks_credential_is_issued_or_accepted(settings: Settings) -> None:
+    """The appliance used to create a `hooks` credential whose index events were trusted for every repository,
+    and handed it to laptops: whoever held it could put any code into any repository's index."""
+    assert not identity.service_credentials_path(settings, identity.HOOKS_USER).exists()
+    assert identity.HOOKS_USER not in _authorization(team.authorization_path(settings).read_text())
+    assert _ctxpress(settings, "hooks").returncode == 2  # a hooks user needs a name and its repositories
+    ca = (tls_dir(settings) / "ca.pem").read_text()
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        await connect(settings.effective_nats_url(), tls=client_context(ca), user=identity.HOOKS_USER, password="x")
 
 
 def test_up_refuses_a_nats_that_lets_anyone_in(tmp_path: Path, database_url: str) -> None:

@@ -294,28 +294,41 @@ async def test_an_editor_save_is_indexed_only_in_a_granted_repository(team_up: T
 async def test_a_developers_git_hooks_index_only_the_granted_repository(team_up: Team, tmp_path: Path) -> None:
     """Hooks installed with a developer's own credentials publish on that developer's subject, so a commit
     reaches the index only in a repository the developer holds a grant for (no shared hooks credential)."""
-    env = {**team_up.appliance.env, "CTXPRESS_NATS_CREDENTIALS": str(team_up.alice_file)}
+    await _hooks_index_only_alpha(team_up, team_up.alice_file, tmp_path, "alice")
+
+
+async def test_a_hooks_users_commits_reach_only_its_repositories(team_up: Team, tmp_path: Path) -> None:
+    """A CI runner's hooks: `ctxpress users hooks` scopes them to the repositories given (the unscoped hooks
+    credential of before let a commit into any repository's index)."""
+    _users(team_up.appliance, "hooks", "ci-alpha", "--repos", "alpha", "--out", str(tmp_path / "ci.json"))
+    await _hooks_index_only_alpha(team_up, tmp_path / "ci.json", tmp_path, "ci")
+
+
+async def _hooks_index_only_alpha(team_up: Team, credentials: Path, tmp_path: Path, who: str) -> None:
+    """Commits into beta and alpha with hooks installed with ``credentials`` (granted alpha only)."""
+    env = {**team_up.appliance.env, "CTXPRESS_NATS_CREDENTIALS": str(credentials)}
 
     def commit_with_hooks(name: str) -> None:
-        root = make_repo(tmp_path / name, {"hooked/__init__.py": "", f"hooked/{name}_hook.py": CODE})
+        root = make_repo(tmp_path / name, {"hooked/__init__.py": "", f"hooked/{who}_{name}_hook.py": CODE})
         installed = subprocess.run([sys.executable, "-m", "ctxpress.cli", "hooks", "install", str(root),
                                     "--name", name], env=env, capture_output=True, text=True, timeout=120, check=False)
         assert installed.returncode == 0, installed.stderr
-        (root / "hooked" / f"{name}_commit.py").write_text(CODE)
+        (root / "hooked" / f"{who}_{name}_commit.py").write_text(CODE)
         git(root, "add", "-A")
-        git(root, "commit", "-q", "-m", "hooked")  # the post-commit hook publishes as alice
+        git(root, "commit", "-q", "-m", "hooked")  # the post-commit hook publishes as that user
 
-    for name in ("beta", "alpha"):  # alice holds alpha only
+    for name in ("beta", "alpha"):
         await asyncio.to_thread(commit_with_hooks, name)
     query = ("SELECT r.name, f.path FROM indexed_files f JOIN repositories r ON r.id = f.repo_id "
-             "WHERE f.path LIKE 'hooked/%_commit.py'")
+             f"WHERE f.path LIKE 'hooked/{who}_%_commit.py'")
+    landed = ("alpha", f"hooked/{who}_alpha_commit.py")
     deadline = time.monotonic() + 60
-    while ("alpha", "hooked/alpha_commit.py") not in (rows := [tuple(r) for r in _rows(team_up.settings, query)]):
+    while landed not in (rows := [tuple(r) for r in _rows(team_up.settings, query)]):
         assert time.monotonic() < deadline, rows
         await asyncio.sleep(0.2)
     await asyncio.sleep(2)  # beta's event was published first: it had its chance to land
     rows = [tuple(r) for r in _rows(team_up.settings, query)]
-    assert rows == [("alpha", "hooked/alpha_commit.py")]  # the commit into beta, which alice lacks, was dropped
+    assert rows == [landed]  # the commit into beta, which the user lacks, was dropped
 
 
 async def test_the_http_bridge_asks_as_its_user_and_gets_only_the_granted_repository(team_up: Team) -> None:
