@@ -1,8 +1,13 @@
 """Writes and reads of the repository index: upserts by chunk identity, deletes, and the hybrid
 (vector + lexical) search, always scoped to the repositories a caller may read.
 
-Chunk identity is (repository, path, symbol, content hash): re-indexing an unchanged file finds
-every key already present and writes nothing; a changed function adds one row and removes one.
+Chunk identity is (repository, path, owner, symbol, content hash): re-indexing an unchanged file
+finds every key already present and writes nothing; a changed function adds one row and removes one.
+
+The owner is ``SHARED`` for the shared index (what was committed, and every save of a single-user
+appliance) or a user's name for that user's saved, uncommitted files in team mode. A search made for
+a user (``viewer``) reads the shared index, except the files the user saved, of which it reads the
+user's version; no search reads another user's saves.
 """
 
 from __future__ import annotations
@@ -10,16 +15,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, bindparam, delete, func, select, text, tuple_
+from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, exists, func, or_, select, text, tuple_
 from sqlalchemy.dialects.postgresql import distinct_on, insert
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from ctxpress.core.errors import CtxpressError
 from db.models import CodeChunk, IndexedFile, Repository
 
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.): damps the weight of the top ranks
+SHARED = ""  # the owner of the shared index's rows
 
 
 class ScopeError(CtxpressError, ValueError):
@@ -91,17 +98,18 @@ def find_repository(session: Session, name: str) -> Repository | None:
     return session.scalars(select(Repository).where(Repository.name == name)).one_or_none()
 
 
-def file_rows(session: Session, repo_id: int, paths: Iterable[str] | None = None) -> dict[str, FileRow]:
+def file_rows(session: Session, repo_id: int, paths: Iterable[str] | None = None,
+              owner: str = SHARED) -> dict[str, FileRow]:
     stmt = select(IndexedFile.path, IndexedFile.content_hash, IndexedFile.source_seq, IndexedFile.deleted,
-                  IndexedFile.skipped_reason).where(IndexedFile.repo_id == repo_id)
+                  IndexedFile.skipped_reason).where(IndexedFile.repo_id == repo_id, IndexedFile.owner == owner)
     if paths is not None:
         stmt = stmt.where(IndexedFile.path.in_(list(paths)))
     return {r.path: FileRow(r.content_hash, r.source_seq, r.deleted, r.skipped_reason) for r in session.execute(stmt)}
 
 
-def chunk_keys(session: Session, repo_id: int, path: str) -> set[tuple[str, str]]:
+def chunk_keys(session: Session, repo_id: int, path: str, owner: str = SHARED) -> set[tuple[str, str]]:
     rows = session.execute(select(CodeChunk.symbol, CodeChunk.content_hash)
-                           .where(CodeChunk.repo_id == repo_id, CodeChunk.path == path))
+                           .where(CodeChunk.repo_id == repo_id, CodeChunk.path == path, CodeChunk.owner == owner))
     return {(r.symbol, r.content_hash) for r in rows}
 
 
@@ -117,11 +125,11 @@ def vectors_by_hash(session: Session, repo_id: int, hashes: Iterable[str]) -> di
     return {r.content_hash: np.asarray(r.embedding, dtype=np.float32) for r in rows}
 
 
-def _upsert_file(session: Session, repo_id: int, path: str, values: Mapping[str, object]) -> None:
-    row = {"repo_id": repo_id, "path": path, **values, "indexed_at": datetime.now(UTC)}
+def _upsert_file(session: Session, repo_id: int, path: str, owner: str, values: Mapping[str, object]) -> None:
+    row = {"repo_id": repo_id, "path": path, "owner": owner, **values, "indexed_at": datetime.now(UTC)}
     stmt = insert(IndexedFile).values(**row)
-    stmt = stmt.on_conflict_do_update(index_elements=["repo_id", "path"],
-                                      set_={k: stmt.excluded[k] for k in row if k not in ("repo_id", "path")})
+    key = ("repo_id", "path", "owner")
+    stmt = stmt.on_conflict_do_update(index_elements=list(key), set_={k: stmt.excluded[k] for k in row if k not in key})
     session.execute(stmt)
 
 
@@ -138,23 +146,25 @@ def replace_file_chunks(
     chunks: Sequence[ChunkRow],
     source_seq: int | None = None,
     edited_at: datetime | None = None,
+    owner: str = SHARED,
 ) -> tuple[int, int]:
-    """Make the index of ``path`` hold exactly ``chunks``; returns (inserted, deleted)."""
+    """Make ``owner``'s index of ``path`` hold exactly ``chunks``; returns (inserted, deleted)."""
     keys = {(c.symbol, c.content_hash) for c in chunks}
-    existing = chunk_keys(session, repo_id, path)
+    existing = chunk_keys(session, repo_id, path, owner)
     stale = existing - keys
     deleted = 0
     if stale:
         deleted = session.execute(delete(CodeChunk).where(
-            CodeChunk.repo_id == repo_id, CodeChunk.path == path,
+            CodeChunk.repo_id == repo_id, CodeChunk.path == path, CodeChunk.owner == owner,
             tuple_(CodeChunk.symbol, CodeChunk.content_hash).in_(list(stale)),
         )).rowcount or 0
     fresh = [c for c in chunks if (c.symbol, c.content_hash) not in existing]
     if fresh:
         session.execute(insert(CodeChunk).on_conflict_do_nothing(constraint="code_chunks_identity"), [
-            {"repo_id": repo_id, "path": path, "symbol": c.symbol, "kind": c.kind, "language": c.language,
-             "start_line": c.start_line, "end_line": c.end_line, "signature": c.signature, "content": c.content,
-             "content_hash": c.content_hash, "name_lexemes": c.name_lexemes, "lexemes": c.lexemes,
+            {"repo_id": repo_id, "path": path, "owner": owner, "symbol": c.symbol, "kind": c.kind,
+             "language": c.language, "start_line": c.start_line, "end_line": c.end_line,
+             "signature": c.signature, "content": c.content, "content_hash": c.content_hash,
+             "name_lexemes": c.name_lexemes, "lexemes": c.lexemes,
              "embedding": c.embedding}
             for c in fresh
         ])
@@ -165,7 +175,8 @@ def replace_file_chunks(
         table = CodeChunk.__table__
         session.execute(
             table.update().where(
-                table.c.repo_id == repo_id, table.c.path == path, table.c.symbol == bindparam("k_symbol"),
+                table.c.repo_id == repo_id, table.c.path == path, table.c.owner == owner,
+                table.c.symbol == bindparam("k_symbol"),
                 table.c.content_hash == bindparam("k_hash"),
                 (table.c.start_line != bindparam("k_start")) | (table.c.end_line != bindparam("k_end")),
             ).values(start_line=bindparam("k_start"), end_line=bindparam("k_end")),
@@ -179,21 +190,35 @@ def replace_file_chunks(
         values["source_seq"] = source_seq
     if edited_at is not None:
         values["edited_at"] = edited_at
-    _upsert_file(session, repo_id, path, values)
+    _upsert_file(session, repo_id, path, owner, values)
     return len(fresh), deleted
 
 
 def remove_file(session: Session, repo_id: int, path: str, *, reason: str | None = None,
-                source_seq: int | None = None) -> int:
+                source_seq: int | None = None, owner: str = SHARED) -> int:
     """Drop a path's chunks. The file row stays (deleted, or skipped with ``reason``) to keep its
     stream sequence; returns the number of chunks removed."""
-    removed = session.execute(delete(CodeChunk).where(CodeChunk.repo_id == repo_id, CodeChunk.path == path)).rowcount
+    removed = session.execute(delete(CodeChunk).where(CodeChunk.repo_id == repo_id, CodeChunk.path == path,
+                                                      CodeChunk.owner == owner)).rowcount
     values: dict[str, object] = {"deleted": reason is None, "skipped_reason": reason, "chunk_count": 0,
                                  "content_hash": None, "imports": [], "module_keys": []}
     if source_seq is not None:
         values["source_seq"] = source_seq
-    _upsert_file(session, repo_id, path, values)
+    _upsert_file(session, repo_id, path, owner, values)
     return removed or 0
+
+
+def discard_saved(session: Session, repo_id: int, paths: Iterable[str], owner: str) -> int:
+    """Forget ``owner``'s saved versions of ``paths`` (a commit of theirs now holds them in the shared index);
+    returns the number of chunks removed."""
+    wanted = list(paths)
+    if owner == SHARED or not wanted:
+        return 0
+    removed = session.execute(delete(CodeChunk).where(CodeChunk.repo_id == repo_id, CodeChunk.owner == owner,
+                                                      CodeChunk.path.in_(wanted))).rowcount or 0
+    session.execute(delete(IndexedFile).where(IndexedFile.repo_id == repo_id, IndexedFile.owner == owner,
+                                              IndexedFile.path.in_(wanted)))
+    return removed
 
 
 def set_repository_head(session: Session, repo_id: int, commit: str | None, embedder: str) -> None:
@@ -207,10 +232,20 @@ def set_repository_head(session: Session, repo_id: int, commit: str | None, embe
 # Search
 
 
-def _scoped(stmt: Select, repositories: Sequence[str]) -> Select:
+def _scoped(stmt: Select, repositories: Sequence[str], viewer: str | None) -> Select:
     if not repositories:
         raise ScopeError("no readable repository given: refusing an unscoped search")
-    return stmt.join(Repository, Repository.id == CodeChunk.repo_id).where(Repository.name.in_(list(repositories)))
+    stmt = stmt.join(Repository, Repository.id == CodeChunk.repo_id).where(Repository.name.in_(list(repositories)))
+    return stmt.where(_visible(CodeChunk.repo_id, CodeChunk.path, CodeChunk.owner, viewer))
+
+
+def _visible(repo_id: Any, path: Any, owner: Any, viewer: str | None) -> ColumnElement[bool]:
+    """The rows ``viewer`` reads: their own saves, and the shared index's files they have not saved."""
+    if viewer is None or viewer == SHARED:
+        return owner == SHARED  # type: ignore[no-any-return]
+    saved = aliased(IndexedFile)
+    own_version = exists().where(saved.repo_id == repo_id, saved.path == path, saved.owner == viewer)
+    return or_(owner == viewer, and_(owner == SHARED, ~own_version))
 
 
 def tsquery_text(words: Iterable[str]) -> str:
@@ -230,19 +265,23 @@ def search_chunks(
     paths: Sequence[str] | None = None,
     exclude_paths: Sequence[str] = (),
     min_similarity: float | None = None,
+    viewer: str | None = None,
 ) -> list[SearchHit]:
-    """Top ``k`` chunks by reciprocal rank fusion of a vector ranking (cosine, HNSW) and a lexical
-    ranking (full-text match of identifier words, symbol names weighted above body words).
+    """Top ``k`` chunks, as ``viewer`` sees the index (None: the shared index), by reciprocal rank fusion
+    of a vector ranking (cosine, HNSW) and a lexical ranking (full-text match of identifier words, symbol
+    names weighted above body words).
 
     ``paths`` restricts both sides to those files (the coarse filter); ``min_similarity`` drops hits
     below it unless one of ``words`` matches the chunk's own symbol name.
     """
     lists: dict[str, list[tuple[int, float]]] = {}
     if query_vector is not None:
-        lists["vector"] = _vector_ranking(session, repositories, query_vector, candidates, paths, exclude_paths)
+        lists["vector"] = _vector_ranking(session, repositories, query_vector, candidates, paths, exclude_paths,
+                                          viewer)
     query = tsquery_text(words)
     if query:
-        lists["lexical"], named = _lexical_ranking(session, repositories, query, candidates, paths, exclude_paths)
+        lists["lexical"], named = _lexical_ranking(session, repositories, query, candidates, paths, exclude_paths,
+                                                   viewer)
     else:
         named = set()
     fused: dict[int, float] = {}
@@ -270,10 +309,11 @@ def _within(stmt: Select, paths: Sequence[str] | None, exclude_paths: Sequence[s
 
 
 def _vector_ranking(session: Session, repositories: Sequence[str], query_vector: np.ndarray, candidates: int,
-                    paths: Sequence[str] | None, exclude_paths: Sequence[str]) -> list[tuple[int, float]]:
+                    paths: Sequence[str] | None, exclude_paths: Sequence[str],
+                    viewer: str | None) -> list[tuple[int, float]]:
     """(chunk id, cosine similarity) of the nearest chunks, most similar first."""
     distance = CodeChunk.embedding.cosine_distance(query_vector.astype(np.float32))
-    stmt = _within(_scoped(select(CodeChunk.id, distance.label("d")), repositories), paths, exclude_paths)
+    stmt = _within(_scoped(select(CodeChunk.id, distance.label("d")), repositories, viewer), paths, exclude_paths)
     if paths is None:
         # The filter (repository, path) runs after the HNSW walk; iterative scans keep going until
         # enough rows pass it instead of returning fewer than asked.
@@ -285,14 +325,14 @@ def _vector_ranking(session: Session, repositories: Sequence[str], query_vector:
 
 def _lexical_ranking(
     session: Session, repositories: Sequence[str], query: str, candidates: int, paths: Sequence[str] | None,
-    exclude_paths: Sequence[str],
+    exclude_paths: Sequence[str], viewer: str | None,
 ) -> tuple[list[tuple[int, float]], set[int]]:
     """(chunk id, text rank) of the chunks matching ``query``, best first; and those whose own symbol name
     matches it."""
     tsq = func.to_tsquery("simple", query)
     rank = func.ts_rank_cd(CodeChunk.tsv, tsq)
     name_hit = func.to_tsvector("simple", CodeChunk.name_lexemes).op("@@")(tsq)
-    stmt = _scoped(select(CodeChunk.id, rank.label("r"), name_hit.label("n")), repositories).where(
+    stmt = _scoped(select(CodeChunk.id, rank.label("r"), name_hit.label("n")), repositories, viewer).where(
         CodeChunk.tsv.op("@@")(tsq))
     rows = session.execute(_within(stmt, paths, exclude_paths).order_by(rank.desc()).limit(candidates)).all()
     return [(r.id, float(r.r)) for r in rows], {r.id for r in rows if r.n}
@@ -304,7 +344,8 @@ def _hits(session: Session, top: list[int], fused: dict[int, float], similarity:
     rows = session.execute(
         select(CodeChunk, Repository.name, IndexedFile.imports)
         .join(Repository, Repository.id == CodeChunk.repo_id)
-        .outerjoin(IndexedFile, (IndexedFile.repo_id == CodeChunk.repo_id) & (IndexedFile.path == CodeChunk.path))
+        .outerjoin(IndexedFile, (IndexedFile.repo_id == CodeChunk.repo_id) & (IndexedFile.path == CodeChunk.path)
+                   & (IndexedFile.owner == CodeChunk.owner))
         .where(CodeChunk.id.in_(top))
     ).all()
     by_id = {row[0].id: row for row in rows}
@@ -348,14 +389,16 @@ def coarse_files(
     module_keys: Sequence[str],
     recent_limit: int = 20,
     folder_limit: int = 50,
+    viewer: str | None = None,
 ) -> CoarseFiles:
     """Files near ``path``: the same folder, the files it imports, the files importing it, and the
-    repository's most recently edited files."""
+    repository's most recently edited files, as ``viewer`` sees the index (None: the shared index)."""
     if not repositories:
         raise ScopeError("no readable repository given: refusing an unscoped search")
     base = (select(IndexedFile.path).join(Repository, Repository.id == IndexedFile.repo_id)
             .where(Repository.name.in_(list(repositories)), IndexedFile.deleted.is_(False),
-                   IndexedFile.chunk_count > 0, IndexedFile.path != path))
+                   IndexedFile.chunk_count > 0, IndexedFile.path != path,
+                   _visible(IndexedFile.repo_id, IndexedFile.path, IndexedFile.owner, viewer)))
     out = CoarseFiles()
     if imports:
         for (p,) in session.execute(base.where(IndexedFile.module_keys.overlap(list(imports))).limit(folder_limit)):

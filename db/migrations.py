@@ -150,6 +150,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             " CHECK (kind IN ('developer', 'hooks'))",
         ),
     ),
+    Migration(
+        7,
+        "a user's saved, uncommitted files kept apart from the shared index",
+        (
+            # '' is the shared index (what was committed, or any save of a single-user appliance); a user's
+            # name, that user's saves in team mode, which only that user's retrieval reads.
+            "ALTER TABLE indexed_files ADD COLUMN owner text NOT NULL DEFAULT ''",
+            "ALTER TABLE indexed_files DROP CONSTRAINT indexed_files_pkey",
+            "ALTER TABLE indexed_files ADD PRIMARY KEY (repo_id, path, owner)",
+            "ALTER TABLE code_chunks ADD COLUMN owner text NOT NULL DEFAULT ''",
+            "ALTER TABLE code_chunks DROP CONSTRAINT code_chunks_identity",
+            "ALTER TABLE code_chunks ADD CONSTRAINT code_chunks_identity"
+            " UNIQUE (repo_id, path, owner, symbol, content_hash)",
+        ),
+    ),
 )
 
 

@@ -37,6 +37,7 @@ class IndexedFile(Base):
 
     repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
     path: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner: Mapped[str] = mapped_column(Text, primary_key=True, default="")  # db.chunks.SHARED or a user
     language: Mapped[str | None] = mapped_column(Text)
     content_hash: Mapped[str | None] = mapped_column(Text)
     size_bytes: Mapped[int] = mapped_column(Integer, default=0)
@@ -52,11 +53,13 @@ class IndexedFile(Base):
 
 class CodeChunk(Base):
     __tablename__ = "code_chunks"
-    __table_args__ = (UniqueConstraint("repo_id", "path", "symbol", "content_hash", name="code_chunks_identity"),)
+    __table_args__ = (UniqueConstraint("repo_id", "path", "owner", "symbol", "content_hash",
+                                       name="code_chunks_identity"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
     path: Mapped[str] = mapped_column(Text)
+    owner: Mapped[str] = mapped_column(Text, default="")
     symbol: Mapped[str] = mapped_column(Text)
     kind: Mapped[str] = mapped_column(Text)
     language: Mapped[str] = mapped_column(Text)

@@ -174,14 +174,19 @@ class Indexer:
                          progress=progress)
 
     def apply_changes(self, name: str, changes: Sequence[FileChange], commit: str | None = None,
-                      progress: Progress | None = None) -> IndexSummary:
-        """Index the given file states (from the stream: hooks and IDE saves)."""
-        return self._run(name, list(changes), IndexSummary(repository=name), commit=commit, progress=progress)
+                      progress: Progress | None = None, *, owner: str = store.SHARED,
+                      committed_by: str | None = None) -> IndexSummary:
+        """Index the given file states (from the stream: hooks and IDE saves) into ``owner``'s index (a user's
+        saves in team mode) or the shared one. ``committed_by``: the user whose commit this is; their saved
+        versions of these paths are dropped, the shared index now holding what they committed."""
+        return self._run(name, list(changes), IndexSummary(repository=name), commit=commit, progress=progress,
+                         owner=owner, committed_by=committed_by)
 
     # -- the three stages -------------------------------------------------------------------------
 
     def _run(self, name: str, changes: list[FileChange], summary: IndexSummary, *, root: str | None = None,
-             commit: str | None = None, full: bool = False, progress: Progress | None = None) -> IndexSummary:
+             commit: str | None = None, full: bool = False, progress: Progress | None = None,
+             owner: str = store.SHARED, committed_by: str | None = None) -> IndexSummary:
         started = time.perf_counter()
         summary.files_seen = len(changes) + len(summary.skipped)
         # Later changes of the same path win (coalescing: a burst is one pass per file).
@@ -193,12 +198,13 @@ class Indexer:
         with Session(engine) as session:
             repo = store.find_repository(session, name)
             # A full index compares against every row; a change set only needs its own paths.
-            known = store.file_rows(session, repo.id, None if full else list(latest)) if repo else {}
+            known = store.file_rows(session, repo.id, None if full else list(latest), owner) if repo else {}
         plans = self._plan_changes(latest, known, summary, progress)
         if full:
             plans += _removals(latest, known, summary)
         vectors = self._vectors(name, plans, summary, progress)
-        self._write(engine, name, plans, vectors, summary, root=root, commit=commit, full=full, progress=progress)
+        self._write(engine, name, plans, vectors, summary, root=root, commit=commit, full=full, progress=progress,
+                    owner=owner, committed=list(latest) if committed_by else [], committed_by=committed_by)
         summary.seconds = time.perf_counter() - started
         return summary
 
@@ -222,7 +228,8 @@ class Indexer:
 
     def _write(self, engine: Engine, name: str, plans: list[_Planned], vectors: dict[str, np.ndarray],
                summary: IndexSummary, *, root: str | None, commit: str | None, full: bool,
-               progress: Progress | None) -> None:
+               progress: Progress | None, owner: str = store.SHARED, committed: Sequence[str] = (),
+               committed_by: str | None = None) -> None:
         """Write every plan in one transaction, under the repository's lock."""
         t = time.perf_counter()
         now = datetime.now(UTC)
@@ -230,7 +237,7 @@ class Indexer:
             store.lock_repository(session, name)
             repo = store.ensure_repository(session, name, root)
             # Re-read under the lock: another writer may have applied a newer event meanwhile.
-            current = store.file_rows(session, repo.id, [p.change.path for p in plans])
+            current = store.file_rows(session, repo.id, [p.change.path for p in plans], owner)
             for n, plan in enumerate(plans, 1):
                 change = plan.change
                 row = current.get(change.path)
@@ -241,7 +248,7 @@ class Indexer:
                     if row is None and plan.reason is None:
                         continue  # deleting what was never indexed
                     removed = store.remove_file(session, repo.id, change.path, reason=plan.reason,
-                                                source_seq=change.seq)
+                                                source_seq=change.seq, owner=owner)
                     summary.chunks_deleted += removed
                     if removed or (row is not None and not row.deleted and row.skipped_reason is None):
                         summary.files_removed += 1
@@ -251,14 +258,16 @@ class Indexer:
                 inserted, deleted = store.replace_file_chunks(
                     session, repo.id, change.path, language=fc.language, content_hash=fc.content_hash,
                     size_bytes=plan.size, imports=fc.imports, module_keys=fc.module_keys, chunks=rows,
-                    source_seq=change.seq, edited_at=now if change.edited else None,
+                    source_seq=change.seq, edited_at=now if change.edited else None, owner=owner,
                 )
                 summary.chunks_written += inserted
                 summary.chunks_deleted += deleted
                 summary.files_indexed += 1
                 if progress:
                     progress("writing", n, len(plans))
-            if full or commit:
+            if committed_by is not None:
+                summary.chunks_deleted += store.discard_saved(session, repo.id, committed, committed_by)
+            if (full or commit) and owner == store.SHARED:
                 store.set_repository_head(session, repo.id, commit, inference.EMBEDDING_MODEL_ID)
         summary.stage_seconds["write"] = time.perf_counter() - t
 

@@ -30,6 +30,7 @@ from ctxpress.core.errors import Forbidden, GrantsUnavailable
 from ctxpress.core.identity import INDEXER_USER, service_connect_options, subject_kind, subject_user, team_mode
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
+from db.chunks import SHARED
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
 from indexer.stream import ensure_stream, next_batch
@@ -114,7 +115,7 @@ class IndexWorker:
     async def handle_batch(self, msgs: list[Msg]) -> None:
         """Apply one batch; ack after commit, nak (redeliver later) on failure."""
         self.stats.batches += 1
-        by_repo: dict[str, list[tuple[int, Decoded]]] = {}
+        by_repo: dict[tuple[str, str, str | None], list[tuple[int, Decoded]]] = {}
         good: list[Msg] = []
         for msg in msgs:
             seq = msg.metadata.sequence.stream
@@ -138,17 +139,18 @@ class IndexWorker:
                 await msg.nak(delay=2.0)
                 continue
             good.append(msg)
-            by_repo.setdefault(decoded.repository, []).append((seq, decoded))
+            by_repo.setdefault((decoded.repository, *self.destination(decoded)), []).append((seq, decoded))
         self.stats.events += len(good)
         keepalive = asyncio.create_task(self._keep_alive(good))
         loop = asyncio.get_running_loop()
         try:
-            for repository, items in by_repo.items():
+            for (repository, owner, committed_by), items in by_repo.items():
                 items.sort(key=lambda x: x[0])
                 changes = [c for _, d in items for c in d.changes]
                 commit = next((d.commit for _, d in reversed(items) if d.commit), None)
                 summary: IndexSummary = await loop.run_in_executor(
-                    None, partial(self.indexer.apply_changes, repository, changes, commit))
+                    None, partial(self.indexer.apply_changes, repository, changes, commit, owner=owner,
+                                  committed_by=committed_by))
                 done = time.time()
                 self.stats.files_indexed += summary.files_indexed
                 self.stats.stale_events += summary.stale_events
@@ -178,6 +180,16 @@ class IndexWorker:
         keepalive.cancel()
         for msg in good:
             await msg.ack()
+
+    def destination(self, decoded: Decoded) -> tuple[str, str | None]:
+        """(the index an event is written into, the user whose commit it is). In team mode a user's save goes
+        into that user's own index, read only by their retrieval: a colleague's prompts see what was committed,
+        never what someone saved. A commit goes into the shared index and replaces its author's saves."""
+        if self.grants is None or decoded.user is None:
+            return SHARED, None
+        if decoded.kind == "save":
+            return decoded.user, None
+        return SHARED, decoded.user
 
     async def _keep_alive(self, msgs: list[Msg]) -> None:
         while True:

@@ -291,6 +291,50 @@ async def test_an_editor_save_is_indexed_only_in_a_granted_repository(team_up: T
     assert rows == [("alpha", "mine.py")]  # the save into beta, which alice lacks, was dropped
 
 
+# Alice's saved, uncommitted draft in alpha, and a file calling it: what retrieval finds for the cursor.
+DRAFT = '''"""Discounts being drafted."""
+
+
+def draft_discount_for_vip(total: int) -> int:
+    """Alice's draft, not committed: 13 off."""
+    return total - 13
+'''
+CHECKOUT = '''from shop.drafts import draft_discount_for_vip
+
+
+def checkout(total: int) -> int:
+    price = draft_discount_for_vip(total)
+    return price
+'''
+
+
+async def test_a_users_saves_shape_only_their_own_prompts(team_up: Team) -> None:
+    """Bob holds alpha too: alice's save into alpha may shape her prompts, never his (before, a save went into
+    the shared index, so anyone granted a repository could put text into colleagues' prompts)."""
+    saved = {"repository": "alpha", "path": "shop/drafts.py", "text": DRAFT}
+    nc = await nats.connect(team_up.alice.nats_url, connect_timeout=5, **team_up.alice.connect_options())
+    try:
+        ack = await nc.jetstream().publish(team_up.alice.subject("file_saved"), json.dumps(saved).encode())
+        assert ack.seq > 0
+    finally:
+        await nc.close()
+    checkout = {"repository": "alpha", "path": "shop/checkout.py", "text": CHECKOUT, "line": 5, "column": 0,
+                "max_tokens": 4, "mode": "optimized"}
+    deadline = time.monotonic() + 60
+    while True:
+        names = retrieved(await ask(team_up.alice, "complete", checkout))
+        if any(n.startswith("shop/drafts.py:") for n in names):
+            break
+        assert time.monotonic() < deadline, f"alice's own save never reached her retrieval: {names}"
+        await asyncio.sleep(0.5)
+    names = retrieved(await ask(team_up.bob, "complete", checkout))
+    assert not any(n.startswith("shop/drafts.py:") for n in names), names
+    rows = _rows(team_up.settings, "SELECT f.owner, count(c.id) FROM indexed_files f LEFT JOIN code_chunks c ON "
+                 "c.repo_id = f.repo_id AND c.path = f.path AND c.owner = f.owner WHERE f.path = 'shop/drafts.py' "
+                 "GROUP BY f.owner")
+    assert [r[0] for r in rows] == ["alice"] and rows[0][1] > 0, rows  # nothing of it in the shared index
+
+
 async def test_a_developers_git_hooks_index_only_the_granted_repository(team_up: Team, tmp_path: Path) -> None:
     """Hooks installed with a developer's own credentials publish on that developer's subject, so a commit
     reaches the index only in a repository the developer holds a grant for (no shared hooks credential)."""

@@ -38,7 +38,8 @@ class CrossFileChunks:
         assert self.retriever is not None
         return await self.retriever.retrieve(repositories=list(caller.repositories), path=request.path, text=text,
                                              line=request.line, language=request.language,
-                                             trees=self.sessions.get(request.repository, request.path).trees)
+                                             trees=self.sessions.get(request.repository, request.path).trees,
+                                             viewer=caller.user)
 
     def add(self, prepared: Prepared, retrieval: Retrieval, request: CompletionRequest) -> None:
         """Other files' chunks go between the in-file excerpts and the enclosing block (which

@@ -200,9 +200,11 @@ class Retriever:
         in_context_names: Collection[str] | None = None,
         top_k: int | None = None,
         trees: TreeCache | None = None,
+        viewer: str | None = None,
     ) -> Retrieval:
-        """Ranked chunks from other files of ``repositories`` (the ones the caller may read). ``trees``: the
-        cursor file's parsed versions, shared with its in-file assembly (see plan_query)."""
+        """Ranked chunks from other files of ``repositories`` (the ones the caller may read), as ``viewer`` (the
+        team user asking; None: the shared index only) sees them. ``trees``: the cursor file's parsed versions,
+        shared with its in-file assembly (see plan_query)."""
         started = time.perf_counter()
         report = RetrievalReport()
         k = top_k or self.top_k
@@ -224,7 +226,7 @@ class Retriever:
         words = identifier_words(" ".join(plan.unresolved)) + identifier_words(" ".join(plan.identifiers))
         t = time.perf_counter()
         future = loop.run_in_executor(self._pool, self._query, list(repositories), path, plan, vector, words,
-                                      report.threshold, k)
+                                      report.threshold, k, viewer)
         try:
             coarse, hits, wide = await asyncio.wait_for(future, timeout=self.timeout_ms / 1000)
         except TimeoutError:
@@ -245,22 +247,24 @@ class Retriever:
         return Retrieval(chunks, report)
 
     def _query(self, repositories: list[str], path: str, plan: QueryPlan, vector: np.ndarray | None,
-               words: list[str], threshold: float, k: int) -> tuple[CoarseFiles, list[SearchHit], bool]:
+               words: list[str], threshold: float, k: int,
+               viewer: str | None) -> tuple[CoarseFiles, list[SearchHit], bool]:
         with Session(engine_for(self.database_url)) as session, session.begin():
             # The server-side guard: a query still running past the budget is cancelled there too.
             session.execute(sql(f"SET LOCAL statement_timeout = {max(1, int(self.timeout_ms * 2))}"))
             coarse = coarse_files(session, repositories, path=path, imports=plan.imports,
-                                  module_keys=plan.module_keys)
+                                  module_keys=plan.module_keys, viewer=viewer)
             hits: list[SearchHit] = []
             if coarse.paths:
                 hits = search_chunks(session, repositories, query_vector=vector, words=words, k=k,
-                                     paths=coarse.paths, exclude_paths=[path], min_similarity=threshold)
+                                     paths=coarse.paths, exclude_paths=[path], min_similarity=threshold,
+                                     viewer=viewer)
             wide = False
             if len(hits) < k:
                 wide = True
                 seen = {(h.path, h.symbol) for h in hits}
                 more = search_chunks(session, repositories, query_vector=vector, words=words, k=k,
-                                     exclude_paths=[path], min_similarity=threshold)
+                                     exclude_paths=[path], min_similarity=threshold, viewer=viewer)
                 hits += [h for h in more if (h.path, h.symbol) not in seen][: k - len(hits)]
             return coarse, hits, wide
 
