@@ -31,3 +31,9 @@ def parse_request(data: bytes, max_bytes: int) -> CompletionRequest:
         details = [{"field": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in exc.errors()]
         summary = "; ".join(f"{d['field'] or 'request'}: {d['problem']}" for d in details)
         raise RequestError(ErrorCode.INVALID_REQUEST, f"invalid request: {summary}", details) from None
+
+
+def within_size_limit(data: bytes, max_bytes: int, what: str) -> None:
+    """Every subject's message, not only a completion request: a larger one is refused before it is read."""
+    if len(data) > max_bytes:
+        raise RequestError(ErrorCode.PAYLOAD_TOO_LARGE, f"{what} is {len(data)} bytes; the limit is {max_bytes}")

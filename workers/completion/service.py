@@ -41,7 +41,7 @@ from workers.completion.chunks import CrossFileChunks
 from workers.completion.context import ContextPreparer, Prepared
 from workers.completion.engine_load import EngineLoad
 from workers.completion.observe import Observer
-from workers.completion.request import parse_request
+from workers.completion.request import parse_request, within_size_limit
 from workers.context.packing import memo_sizes
 from workers.context.retrieval import Retriever
 from workers.context.session import FileSessions
@@ -258,8 +258,9 @@ class CompletionService:
     def cancel(self, data: bytes, user: str | None = None) -> bool:
         """``ctxpress.v1.cancel``: abandon the named request if this worker holds it (for the same user)."""
         try:
+            within_size_limit(data, self.settings.max_request_bytes, "a cancel")
             request_id = CancelRequest.model_validate_json(data).request_id
-        except ValidationError:
+        except (ValidationError, RequestError):
             return False
         task = self._inflight.get((user, request_id))
         if task is None or task.done():
@@ -271,7 +272,10 @@ class CompletionService:
     def feedback(self, data: bytes, user: str | None = None) -> bytes:
         """An IDE's accept/dismiss of a completion: recorded for the real acceptance rate."""
         try:
+            within_size_limit(data, self.settings.max_request_bytes, "feedback")
             event = Feedback.model_validate_json(data)
+        except RequestError as exc:
+            return ErrorResponse(error=ErrorBody.of(exc)).model_dump_json().encode()
         except ValidationError as exc:
             body = ErrorBody(code=ErrorCode.INVALID_REQUEST, message=f"invalid feedback: {exc.errors()[0]['msg']}")
             return ErrorResponse(error=body).model_dump_json().encode()
@@ -281,6 +285,8 @@ class CompletionService:
     async def file_opened(self, data: bytes, user: str | None = None) -> bytes:
         """Warm the parse tree and symbol table of a file before its first completion."""
         try:
+            # bounded like a completion request: its text is parsed and its tokens counted on this worker
+            within_size_limit(data, self.settings.max_request_bytes, "file_opened")
             event = FileOpened.model_validate_json(data)
             caller = await self._authorize(user, event.repository)
         except ValidationError as exc:
