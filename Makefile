@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint up down clean eval-long eval-short eval-cross bench fuzz faults
+.PHONY: install demo test lint up down clean eval-long eval-short eval-cross bench fuzz faults editor-clients e2e
 
 install: $(STAMP)
 
@@ -29,8 +29,23 @@ $(STAMP): pyproject.toml
 demo: install
 	$(VENV)/bin/ctxpress demo
 
-test: install lint vscode-test
+test: install lint vscode-test editor-clients
 	$(PY) -m pytest -q -rs
+
+# The real editor clients that tests/e2e drives (code-server + Chromium, Neovim, tabby-agent), from
+# Debian's packages and npm; the stamp is redone when an install script changes.
+E2E_DIR ?= .e2e
+E2E_STAMP := $(E2E_DIR)/.installed
+
+editor-clients: $(E2E_STAMP)
+
+$(E2E_STAMP): $(wildcard infra/editor-clients/*.sh)
+	E2E_DIR=$(abspath $(E2E_DIR)) bash infra/editor-clients/install.sh
+	@touch $@
+
+# Only the end-to-end tests of the editor doors, with their latency table.
+e2e: install editor-clients
+	$(PY) -m pytest -q -rs -s tests/e2e
 
 # The fuzz suites with many more examples than `make test` runs (about 10,000 in all), printing
 # what each subject answered.

@@ -134,6 +134,7 @@ class CtxpressServer(LanguageServer):
         self.figures = Figures()
         self._appliance: Appliance | None = None
         self.credentials: NatsCredentials | None = None
+        self.plain_items_one_line = False
 
     # --- the appliance ----------------------------------------------------------------------
     @property
@@ -282,6 +283,16 @@ class CtxpressServer(LanguageServer):
         self._feedback(completion_id, "accepted", chars)
 
 
+def inserts_plain_words(params: types.InitializeParams) -> bool:
+    """Neovim's own completion (``vim.lsp.omnifunc``) hands an item to Vim's ``complete()``, which inserts a
+    newline as a NUL; completion plugins (nvim-cmp) apply the item's edit, newlines included, and say so by
+    advertising snippets. Such a client gets the suggestion's first line as its item."""
+    name = params.client_info.name if params.client_info else ""
+    document = params.capabilities.text_document
+    item = document.completion.completion_item if document and document.completion else None
+    return name.lower() == "neovim" and not (item and item.snippet_support)
+
+
 def build_server(settings: Settings) -> CtxpressServer:
     # One piece on purpose: pygls registers each LSP handler by decorating it on this server, so the
     # handlers are closures registered here, one after the other; each is short and works on the
@@ -298,6 +309,7 @@ def build_server(settings: Settings) -> CtxpressServer:
         ls.encoding = Encoding(chosen.value if isinstance(chosen, types.PositionEncodingKind) else str(chosen))
         folders = [f.uri for f in params.workspace_folders or []] or ([params.root_uri] if params.root_uri else [])
         ls.workspace_roots = [Path(unquote(urlparse(uri).path)) for uri in folders if uri.startswith("file:")]
+        ls.plain_items_one_line = inserts_plain_words(params)
         if problem:
             log.warning(problem)
             ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
@@ -390,12 +402,20 @@ def build_server(settings: Settings) -> CtxpressServer:
         if found is None:
             return types.CompletionList(is_incomplete=True, items=[])
         completion_id, text = found
+        if ls.plain_items_one_line:
+            # the next lines come from the forward cache as the user goes on typing (Enter included)
+            text = text.split("\n", 1)[0]
+            if not text.strip():
+                return types.CompletionList(is_incomplete=True, items=[])
         first = text.split("\n", 1)[0].strip() or text.strip()
         cursor = types.Range(start=params.position, end=params.position)
+        # No filterText: Neovim's omnifunc (like VS Code) then matches the item against the text from the
+        # edit's start (the cursor) to the cursor, none, and keeps it. With filterText "" it matches it against
+        # the word before the cursor and drops it: no suggestion right after a word (tests/e2e/test_neovim.py).
         return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
             label=first[:80], kind=types.CompletionItemKind.Snippet, detail="ctxpress",
             documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=f"```\n{text}\n```"),
-            text_edit=types.TextEdit(range=cursor, new_text=text), filter_text="", sort_text="0",
+            text_edit=types.TextEdit(range=cursor, new_text=text), sort_text="0",
             insert_text_format=types.InsertTextFormat.PlainText,
             command=types.Command(title="ctxpress: accepted", command=ACCEPT_COMMAND,
                                   arguments=[completion_id, len(text)]))])
