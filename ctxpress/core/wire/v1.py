@@ -8,9 +8,18 @@ top-level ``error`` key.
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, Strict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    Strict,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ctxpress.core import features
 from ctxpress.core.errors import CtxpressError, ErrorCode, UnsupportedLanguage
@@ -50,16 +59,57 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+def _refuse_unstorable(value: object, *, nul: bool = True) -> object:
+    """``value`` unchanged, or a ``ValueError`` when a string in it cannot be stored or encoded.
+
+    Why at the wire: PostgreSQL refuses NUL in text, and a lone surrogate (``"\\ud800"`` is valid JSON) has no
+    UTF-8 form. Accepted, either one failed later, far from its sender: a telemetry batch holding it could never
+    be written (and held every other row back), a tokenizer or driver raised ``internal``. Refused here, the
+    sender is told which field is wrong (``invalid_request``)."""
+    if isinstance(value, str):
+        if nul and "\x00" in value:
+            raise ValueError("contains a NUL character (U+0000), which cannot be stored")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"contains a lone surrogate (U+{ord(value[exc.start]):04X}), which is not valid "
+                             "Unicode text") from None
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _refuse_unstorable(item, nul=nul)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_unstorable(key, nul=nul)
+            _refuse_unstorable(item, nul=nul)
+    return value
+
+
+class Inbound(BaseModel):
+    """A message a client sends: every string in it must be storable (no NUL, no lone surrogate).
+
+    A subclass lists in ``_NUL_ALLOWED`` the fields that are never stored (a file's text on its way to the
+    engine), where NUL is kept and only text without a UTF-8 form is refused."""
+
+    _NUL_ALLOWED: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value: object, info: ValidationInfo) -> object:
+        return _refuse_unstorable(value, nul=info.field_name not in cls._NUL_ALLOWED)
+
+
 def _known_features(switches: dict[str, bool] | None) -> None:
     unknown = set(switches or {}) - set(features.REGISTRY)
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(features.REGISTRY)}")
 
 
-class CompletionRequest(BaseModel):
+class CompletionRequest(Inbound):
     """What an IDE sends. Either ``text`` or a ``content_hash`` the server already knows."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+    # The file's text goes to the engine, never to the database: a file with a NUL in it is still completed.
+    _NUL_ALLOWED: ClassVar[frozenset[str]] = frozenset({"text"})
 
     repository: str = Field(min_length=1, max_length=256, description="repository id")
     path: str = Field(min_length=1, max_length=4096, description="file path relative to the repository")
@@ -160,7 +210,7 @@ class CompletionResponse(BaseModel):
     features: dict[str, bool] = Field(default_factory=dict)
 
 
-class Feedback(BaseModel):
+class Feedback(Inbound):
     """What the IDE did with a completion, so the real acceptance rate can be computed."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -174,7 +224,7 @@ SUBJECT_FILE_OPENED = "ctxpress.v1.file_opened"
 SUBJECT_CANCEL = "ctxpress.v1.cancel"
 
 
-class CancelRequest(BaseModel):
+class CancelRequest(Inbound):
     """Abandon a ``complete`` request the caller no longer waits for (published, no reply): the
     worker stops assembling it and the engine drops it from its queue or stops it at its next step."""
 
@@ -183,10 +233,11 @@ class CancelRequest(BaseModel):
     request_id: str = Field(min_length=1, max_length=128)
 
 
-class FileOpened(BaseModel):
+class FileOpened(Inbound):
     """An IDE opened a file: parse it now, so the first keystroke finds a warm tree."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+    _NUL_ALLOWED: ClassVar[frozenset[str]] = frozenset({"text"})  # as CompletionRequest.text
 
     repository: str = Field(min_length=1, max_length=256)
     path: str = Field(min_length=1, max_length=4096)
@@ -215,7 +266,7 @@ SUBJECT_FILE_SAVED = "ctxpress.v1.file_saved"
 SUBJECT_INDEX_GIT = "ctxpress.v1.index.git"
 
 
-class FileSaved(BaseModel):
+class FileSaved(Inbound):
     """An IDE saved a file: index this text now (no commit needed)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -226,7 +277,7 @@ class FileSaved(BaseModel):
     saved_at: float | None = Field(default=None, description="epoch seconds, for freshness measurement")
 
 
-class ChangedPath(BaseModel):
+class ChangedPath(Inbound):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(min_length=1, max_length=4096)
@@ -236,7 +287,7 @@ class ChangedPath(BaseModel):
     skipped: str | None = None  # why the publisher sent no content ("secret", "binary", "too large")
 
 
-class IndexEvent(BaseModel):
+class IndexEvent(Inbound):
     """What a git hook publishes: the paths a commit (merge, checkout, rewrite) changed, with contents."""
 
     model_config = ConfigDict(extra="forbid")
