@@ -14,7 +14,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    NonNegativeInt,
     Strict,
     ValidationInfo,
     field_validator,
@@ -29,6 +28,12 @@ SUBJECT_COMPLETE = "ctxpress.v1.complete"
 SUBJECT_FEEDBACK = "ctxpress.v1.feedback"
 
 MAX_TOKENS_LIMIT = 512
+# The largest line, column or count a message may carry: PostgreSQL's ``integer`` (chars_kept is stored) and a C
+# int (tree-sitter's rows). No file comes near it; a larger number is the sender's error, answered as one.
+MAX_WIRE_INT = 2**31 - 1
+
+
+_Line = Annotated[int, Field(ge=0, le=MAX_WIRE_INT)]
 
 
 def wire_lines(text: str) -> list[str]:
@@ -115,15 +120,16 @@ class CompletionRequest(Inbound):
     path: str = Field(min_length=1, max_length=4096, description="file path relative to the repository")
     text: str | None = None
     content_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    line: int = Field(ge=0, description="0-based line of the cursor (lines end at '\\n', see wire_lines)")
-    column: int = Field(ge=0, description="0-based column of the cursor, in characters")
+    line: int = Field(ge=0, le=MAX_WIRE_INT,
+                      description="0-based line of the cursor (lines end at '\\n', see wire_lines)")
+    column: int = Field(ge=0, le=MAX_WIRE_INT, description="0-based column of the cursor, in characters")
     language: str | None = None
     max_tokens: int = Field(default=64, ge=1, le=MAX_TOKENS_LIMIT)
     mode: Literal["optimized", "baseline"] = "optimized"
     budget_tokens: int | None = Field(default=None, ge=64, le=16384)
     # Line ranges (0-based, inclusive) the developer edited recently, most recent first.
     # (not strict: JSON has no tuples, a range arrives as a two-number array)
-    recent_edits: list[Annotated[tuple[NonNegativeInt, NonNegativeInt], Strict(False)]] | None = Field(
+    recent_edits: list[Annotated[tuple[_Line, _Line], Strict(False)]] | None = Field(
         default=None, max_length=64)
     # The caller's id: ``ctxpress.v1.cancel`` names it to abandon the request.
     request_id: str | None = Field(default=None, max_length=128)
@@ -217,7 +223,7 @@ class Feedback(Inbound):
 
     completion_id: str = Field(min_length=1, max_length=128)
     action: Literal["shown", "accepted", "dismissed"]
-    chars_kept: int | None = Field(default=None, ge=0)
+    chars_kept: int | None = Field(default=None, ge=0, le=MAX_WIRE_INT)
 
 
 SUBJECT_FILE_OPENED = "ctxpress.v1.file_opened"
@@ -245,8 +251,8 @@ class FileOpened(Inbound):
     language: str | None = None
     # Where the cursor is, when the IDE knows: the stable part of the prompt for that position is
     # processed ahead of the first keystroke. 0-based, like CompletionRequest.
-    line: int | None = Field(default=None, ge=0)
-    column: int = Field(default=0, ge=0)
+    line: int | None = Field(default=None, ge=0, le=MAX_WIRE_INT)
+    column: int = Field(default=0, ge=0, le=MAX_WIRE_INT)
     # The switches the IDE's completion requests carry (CompletionRequest.features): the pre-warmed prompt is
     # the one they will ask for.
     features: dict[str, bool] | None = None
