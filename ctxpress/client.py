@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import nats
+from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from ctxpress.core import nats_connect
 from ctxpress.core.settings import nats_servers
 from ctxpress.core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
 
@@ -48,10 +49,10 @@ class CompletionClient:
         self.subject = subject
         self.timeout_s = timeout_s
         self.connect_options = connect_options or {}  # team mode: NatsCredentials.connect_options()
-        self._nc: nats.NATS | None = None
+        self._nc: Client | None = None
 
     async def __aenter__(self) -> CompletionClient:
-        self._nc = await nats.connect(nats_servers(self.nats_url), connect_timeout=5, max_reconnect_attempts=3,
+        self._nc = await nats_connect.connect(nats_servers(self.nats_url), connect_timeout=5, max_reconnect_attempts=3,
                                       **self.connect_options)
         return self
 

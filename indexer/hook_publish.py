@@ -179,7 +179,12 @@ class TinyNats:
         if not info.startswith(b"INFO "):
             raise PublishError(f"unexpected greeting from {url}: {info[:60]!r}")
         self.info = json.loads(info[5:])
-        if self.info.get("tls_required") or parts.scheme == "tls":
+        if (parts.scheme == "tls" or ca) and not self.info.get("tls_required"):
+            # TLS was asked for (a tls:// URL, or the appliance's CA): a server that does not require it may be
+            # one answering in its place, waiting for the password in clear (ctxpress.core.nats_connect)
+            self.sock.close()
+            raise PublishError(f"{url} did not offer TLS, which the hook's configuration requires; nothing sent")
+        if self.info.get("tls_required"):
             import ssl
 
             # Verified against the appliance's CA (or the system's), for the host the URL names.

@@ -13,10 +13,10 @@ import asyncio
 import json
 import logging
 
-import nats
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError, TimeoutError
 
+from ctxpress.core import nats_connect
 from ctxpress.core.errors import ErrorCode
 from ctxpress.core.identity import TeamConfigError, team_mode
 from ctxpress.core.settings import Settings
@@ -40,7 +40,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
         # It would forward requests to the shards without the user of their subject: every one refused.
         raise TeamConfigError("team mode: the gateway does not carry the user's identity to the shards yet; "
                               "run the completion workers unsharded")
-    nc = await nats.connect(settings.nats_servers(), name="ctxpress-gateway", max_reconnect_attempts=-1)
+    nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-gateway", max_reconnect_attempts=-1)
     tasks: set[asyncio.Task[None]] = set()
 
     async def forward(msg: Msg, base: str) -> None:

@@ -22,10 +22,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from functools import partial
 
-import nats
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
+from ctxpress.core import nats_connect
 from ctxpress.core.errors import Forbidden, GrantsUnavailable
 from ctxpress.core.identity import INDEXER_USER, service_connect_options, subject_kind, subject_user, team_mode
 from ctxpress.core.settings import Settings
@@ -224,7 +224,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     indexer = Indexer(settings.effective_database_url(), embedder, settings.index_max_file_bytes)
     grants = Grants(settings.effective_database_url()) if team_mode(settings) else None
     worker = IndexWorker(settings, indexer, grants)
-    nc = await nats.connect(settings.nats_servers(), name="ctxpress-index-worker", max_reconnect_attempts=-1,
+    nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-index-worker", max_reconnect_attempts=-1,
                             **connect_options)
     js = nc.jetstream()
     await ensure_stream(js, settings)

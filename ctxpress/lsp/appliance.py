@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
-import nats
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from ctxpress.core import nats_connect
 from ctxpress.core.errors import CtxpressError
 from ctxpress.core.identity import NatsCredentials
 from ctxpress.core.settings import Settings, nats_servers
@@ -108,7 +108,7 @@ class Appliance:
                 # nats-py retries a first connection as long as it would reconnect (for ever here):
                 # see first whether anything listens, and bound the whole attempt.
                 await _probe(self.url)
-                nc = await asyncio.wait_for(nats.connect(
+                nc = await asyncio.wait_for(nats_connect.connect(
                     nats_servers(self.url), name="ctxpress-lsp", connect_timeout=2, allow_reconnect=True,
                     max_reconnect_attempts=-1, reconnect_time_wait=1, **self.connect_options,
                     disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error), CONNECT_S)
