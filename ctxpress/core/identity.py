@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 import secrets
 import socket
@@ -24,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ctxpress.core.errors import CtxpressError
+from ctxpress.core.private_files import write_private_file
 from ctxpress.core.settings import Settings
 
 USER_SUBJECT_PREFIX = "ctxpress.v1.u"
@@ -227,15 +227,6 @@ def load_credentials(path: str | Path) -> NatsCredentials:
     if ca is not None and (not isinstance(ca, str) or "BEGIN CERTIFICATE" not in ca):
         raise TeamConfigError(f"{path}: 'ca' is not a PEM certificate")
     return NatsCredentials(raw["nats_url"], raw["user"], raw["password"], ca)
-
-
-def write_private_file(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    tmp.replace(path)
 
 
 # --- the service credentials (worker, hooks) ------------------------------------------------------------
