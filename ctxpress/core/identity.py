@@ -36,7 +36,9 @@ INDEXER_USER = "indexer"  # the index worker: the index stream through JetStream
 HOOKS_USER = "hooks"  # git hooks: index events only
 SERVICE_USERS = (WORKER_USER, INDEXER_USER, HOOKS_USER)
 # A NATS subject token (no '.', '*', '>' or space) that is also a plain file and column value.
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# fullmatch, never match with "$": "$" also matches before a final newline, and "alice\n" would be a user name
+# (written into the NATS authorization block, and a subject token)
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 CREDENTIALS_FORMAT = "ctxpress-nats-credentials/1"
 # Every password is generated here (192 random bits), so bcrypt's cost adds no strength against guessing; it
 # keeps a leaked config from being a list of working passwords. Developers connect once per editor session;
@@ -110,7 +112,7 @@ def monitor_host(settings: Settings) -> str:
 
 
 def validate_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ValueError(f"invalid user name {name!r}: lower-case letters, digits, '-' and '_', at most 64")
     return name
 
@@ -128,7 +130,7 @@ def subject_user(subject: str) -> str | None:
     if head or not rest:
         return None
     user, _, kind = rest.partition(".")
-    return user if kind in USER_KINDS and _NAME.match(user) else None
+    return user if kind in USER_KINDS and _NAME.fullmatch(user) else None
 
 
 def subject_kind(subject: str) -> str | None:
