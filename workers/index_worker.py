@@ -224,8 +224,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     indexer = Indexer(settings.effective_database_url(), embedder, settings.index_max_file_bytes)
     grants = Grants(settings.effective_database_url()) if team_mode(settings) else None
     worker = IndexWorker(settings, indexer, grants)
+    # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress.core.nats_connect)
     nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-index-worker", max_reconnect_attempts=-1,
-                            **connect_options)
+                                    plaintext_credentials=not settings.nats_tls, **connect_options)
     js = nc.jetstream()
     await ensure_stream(js, settings)
     sub = await js.pull_subscribe_bind(settings.index_consumer, settings.index_stream)

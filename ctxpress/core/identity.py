@@ -174,6 +174,12 @@ class NatsCredentials:
     def subject(self, kind: str) -> str:
         return user_subject(self.user, kind)
 
+    @property
+    def plaintext(self) -> bool:
+        """Issued for a NATS without TLS (no CA, not a tls:// URL): the only case its password may go in clear
+        (``ctxpress.core.nats_connect``)."""
+        return self.ca is None and not self.nats_url.lower().startswith("tls://")
+
 
 def new_password() -> str:
     return secrets.token_urlsafe(24)

@@ -47,7 +47,7 @@ def nats_answers(settings: Settings, subject: str, payload: bytes, expected_key:
 
         try:
             nc = await nats_connect.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False,
-                                    **options)
+                                            plaintext_credentials=not settings.nats_tls, **options)
         except Exception:
             return False
         try:

@@ -93,11 +93,25 @@ async def test_the_one_connect_refuses_before_sending_anything(fake_server: Fake
     assert fake_server.everything() == b""
 
 
-async def test_without_tls_configured_the_connection_is_plain_as_configured(fake_server: FakeServer) -> None:
-    # CTXPRESS_NATS_TLS=false (a network the operator trusts): nothing to strip, and the fake does hear a CONNECT.
-    # This is also what proves the fake would catch a leak.
+async def test_a_credential_is_not_sent_in_clear_unless_configured_so(fake_server: FakeServer) -> None:
+    # no TLS option, a nats:// URL: a service credential (an external NATS, CTXPRESS_NATS_TLS not false)
+    with pytest.raises(nats_connect.TlsNotOffered):
+        await nats_connect.connect(f"nats://worker:{SECRET}@127.0.0.1:{fake_server.port}", allow_reconnect=False,
+                                   connect_timeout=2)
+    with pytest.raises(nats_connect.TlsNotOffered):
+        await nats_connect.connect(f"nats://127.0.0.1:{fake_server.port}", user="worker", password=SECRET,
+                                   allow_reconnect=False, connect_timeout=2)
+    await asyncio.sleep(0.1)
+    assert fake_server.everything() == b""
+
+
+async def test_plain_text_where_the_configuration_says_so(fake_server: FakeServer) -> None:
+    # CTXPRESS_NATS_TLS=false (a network the operator trusts), or a credentials file issued without a CA: nothing
+    # to strip, and the fake does hear the CONNECT, which also proves it would catch a leak
+    assert NatsCredentials("nats://appliance:4222", "alice", SECRET).plaintext
+    assert not NatsCredentials("tls://appliance:4222", "alice", SECRET).plaintext
     nc = await nats_connect.connect(f"nats://127.0.0.1:{fake_server.port}", user="worker", password=SECRET,
-                                    allow_reconnect=False, connect_timeout=2)
+                                    allow_reconnect=False, connect_timeout=2, plaintext_credentials=True)
     await nc.close()
     assert SECRET.encode() in fake_server.everything()
 

@@ -68,8 +68,10 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     service = CompletionService(settings, triton, count_tokens, settings.model_name, telemetry, retriever, grants)
     for cache in service.cache_entries():  # read when /metrics is scraped
         metrics.CACHE_ENTRIES.labels(cache).set_function(lambda cache=cache: service.cache_entries()[cache])
+    # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress.core.nats_connect)
     nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-completion-worker",
-                            max_reconnect_attempts=-1, **connect_options)
+                                    max_reconnect_attempts=-1, plaintext_credentials=not settings.nats_tls,
+                                    **connect_options)
     tasks: set[asyncio.Task[None]] = set()
     subscriptions = await _subscribe(nc, settings, service, team=grants is not None, tasks=tasks)
     suffix = f".{settings.shard}" if settings.shard is not None else ""
