@@ -63,6 +63,14 @@ def test_index_messages_with_nul_are_refused() -> None:
                                    "changes": [{"path": "a\x00.py", "status": "A", "text": "x"}]})
 
 
+def test_a_file_with_nul_in_a_commit_is_binary_not_the_whole_event_invalid() -> None:
+    event = IndexEvent.model_validate({"repository": "r", "commit": "a" * 40, "hook": "post-commit", "changes": [
+        {"path": "data.py", "status": "A", "text": "x = 1\n" * 2000 + "\x00"},  # past the hook's old 8 KiB look
+        {"path": "ok.py", "status": "A", "text": "y = 2\n"}]})
+    assert [(c.path, c.text, c.skipped) for c in event.changes] == [("data.py", None, "binary"),
+                                                                    ("ok.py", "y = 2\n", None)]
+
+
 def _feedback_rows(url: str, completion_id: str) -> list[Any]:
     with engine_for(url).connect() as conn:
         return list(conn.execute(text("SELECT action FROM completion_feedback WHERE completion_id = :id"),

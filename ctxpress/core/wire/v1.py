@@ -285,12 +285,22 @@ class FileSaved(Inbound):
 
 class ChangedPath(Inbound):
     model_config = ConfigDict(extra="forbid")
+    # A NUL in a file's content makes it binary (below), rather than the whole commit's event invalid.
+    _NUL_ALLOWED: ClassVar[frozenset[str]] = frozenset({"text"})
 
     path: str = Field(min_length=1, max_length=4096)
     status: Literal["A", "M", "D", "R"]
     old_path: str | None = None  # for "R": the path the file had before
     text: str | None = None  # the content at ``commit``; None for "D" and for skipped files
     skipped: str | None = None  # why the publisher sent no content ("secret", "binary", "too large")
+
+    @model_validator(mode="after")
+    def _nul_is_binary(self) -> ChangedPath:
+        """What ``indexer.filters.content_reason`` says of such a file (a hook of an earlier version sent it):
+        binary, indexed by name only. PostgreSQL could not store it."""
+        if self.text is not None and "\x00" in self.text:
+            self.text, self.skipped = None, "binary"
+        return self
 
 
 class IndexEvent(Inbound):
