@@ -147,11 +147,10 @@ def freshness(settings: Settings, commits: int, saves: int) -> dict[str, object]
 
 
 async def _saves(settings: Settings, repository: str, n: int) -> list[float]:
-    import nats
-
+    from ctxpress.core import nats_connect
     from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved
 
-    nc = await nats.connect(settings.effective_nats_url())
+    nc = await nats_connect.connect(settings.effective_nats_url())
     js = nc.jetstream()
     out: list[float] = []
     base = "".join(f"def saved_{i}(x):\n    return x - {i}\n\n\n" for i in range(40))

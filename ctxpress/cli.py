@@ -70,6 +70,7 @@ def _cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
 
     request = request_for_file(Path(args.file), args.line, args.column, max_tokens=args.max_tokens, mode=args.mode)
     url, subject, options = settings.effective_nats_url(), settings.completion_subject, {}
+    plaintext = False  # whether a login may go in clear (ctxpress.core.nats_connect): there is none here
     if settings.nats_credentials is not None:  # team mode: as that user, on that user's subject
         from ctxpress.core.identity import TeamConfigError, load_credentials
 
@@ -79,9 +80,10 @@ def _cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         url, subject, options = credentials.nats_url, credentials.subject("complete"), credentials.connect_options()
+        plaintext = credentials.plaintext
 
     async def go() -> dict:
-        async with CompletionClient(url, subject, connect_options=options) as client:
+        async with CompletionClient(url, subject, connect_options=options, plaintext_credentials=plaintext) as client:
             return await client.complete(request)
 
     started = time.perf_counter()

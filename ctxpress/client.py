@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import nats
+from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from ctxpress.core import nats_connect
 from ctxpress.core.settings import nats_servers
 from ctxpress.core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
 
@@ -43,16 +44,19 @@ REPLY_MARGIN_S = 5.0
 
 class CompletionClient:
     def __init__(self, nats_url: str, subject: str = SUBJECT_COMPLETE, timeout_s: float = 120.0,
-                 connect_options: dict[str, Any] | None = None) -> None:
+                 connect_options: dict[str, Any] | None = None, plaintext_credentials: bool = False) -> None:
+        """``plaintext_credentials``: the login may go in clear (a credentials file issued without a CA, see
+        ``ctxpress.core.nats_connect``)."""
         self.nats_url = nats_url
         self.subject = subject
         self.timeout_s = timeout_s
         self.connect_options = connect_options or {}  # team mode: NatsCredentials.connect_options()
-        self._nc: nats.NATS | None = None
+        self.plaintext_credentials = plaintext_credentials
+        self._nc: Client | None = None
 
     async def __aenter__(self) -> CompletionClient:
-        self._nc = await nats.connect(nats_servers(self.nats_url), connect_timeout=5, max_reconnect_attempts=3,
-                                      **self.connect_options)
+        self._nc = await nats_connect.connect(nats_servers(self.nats_url), connect_timeout=5, max_reconnect_attempts=3,
+                                              plaintext_credentials=self.plaintext_credentials, **self.connect_options)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

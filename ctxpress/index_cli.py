@@ -200,11 +200,10 @@ def _ensure_stream(settings: Settings) -> None:
     import asyncio
 
     async def go() -> None:
-        import nats
-
+        from ctxpress.core import nats_connect
         from indexer.stream import ensure_stream
 
-        nc = await nats.connect(settings.nats_servers(), connect_timeout=1, max_reconnect_attempts=0,
+        nc = await nats_connect.connect(settings.nats_servers(), connect_timeout=1, max_reconnect_attempts=0,
                                 allow_reconnect=False)
         try:
             await ensure_stream(nc.jetstream(), settings)

@@ -407,11 +407,17 @@ def coarse_files(
         for (p,) in session.execute(base.where(IndexedFile.imports.overlap(list(module_keys))).limit(folder_limit)):
             out.add(p, "imports this file")
     folder = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
-    same_folder = base.where(IndexedFile.path.like(folder.replace("%", r"\%").replace("_", r"\_") + "%"),
-                             ~IndexedFile.path.like(folder.replace("%", r"\%").replace("_", r"\_") + "%/%"))
+    same_folder = base.where(IndexedFile.path.like(like_literal(folder) + "%"),
+                             ~IndexedFile.path.like(like_literal(folder) + "%/%"))
     for (p,) in session.execute(same_folder.limit(folder_limit)):
         out.add(p, "same folder")
     recent = base.where(IndexedFile.edited_at.is_not(None)).order_by(IndexedFile.edited_at.desc()).limit(recent_limit)
     for (p,) in session.execute(recent):
         out.add(p, "recently edited")
     return out
+
+
+def like_literal(text: str) -> str:
+    """``text`` matched literally in a LIKE pattern. The escape character (backslash, PostgreSQL's default)
+    first: a folder named ``a\\b`` would otherwise match ``ab``, and one ending in a backslash escape the ``%``."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ctxpress.core.database import DB_USER, PASSWORD_FILE, database_url
 from ctxpress.core.errors import CtxpressError
+from ctxpress.core.private_files import new_private_file, write_private_file
 
 
 def _bin_path() -> Path:
@@ -116,12 +117,8 @@ class EmbeddedPostgres:
     def password(self) -> str:
         """The superuser's password, generated (192 random bits) and stored owner-only on first use."""
         if not self.password_file.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = self.root / f".{PASSWORD_FILE}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(24) + "\n")
-            tmp.replace(self.password_file)
+            # not a guessable temporary name: the server's system user owns this folder (ctxpress.core.private_files)
+            write_private_file(self.password_file, secrets.token_urlsafe(24) + "\n")
         return self.password_file.read_text().strip()
 
     def url(self, database: str = "postgres") -> str:
@@ -164,10 +161,9 @@ class EmbeddedPostgres:
         user = self.prepare_directories()
         if not (self.pgdata / "PG_VERSION").exists():
             # initdb reads the password from a file; the server's system user must be able to read this copy.
-            pwfile = self.root / ".initdb-password"
-            fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(self.password() + "\n")
+            # a new file under a random name: the server's system user, who owns this folder, could have planted a
+            # fixed one (a symlink, or a file of its own that O_CREAT would have kept) to read the password from
+            pwfile = new_private_file(self.root, ".initdb-password.", self.password() + "\n")
             try:
                 if user is not None:
                     os.chown(pwfile, user.pw_uid, user.pw_gid)

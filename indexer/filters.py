@@ -68,8 +68,8 @@ def content_reason(data: bytes, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> str 
     """Why these bytes are skipped (too large, binary, generated), or None."""
     if len(data) > max_bytes:
         return "too large"
-    head = data[:8192]
-    if b"\x00" in head:
+    # NUL anywhere, not only in the head git looks at: PostgreSQL cannot store it, and the wire refuses it
+    if b"\x00" in data:
         return "binary"
     try:
         data.decode("utf-8")

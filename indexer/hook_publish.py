@@ -82,49 +82,78 @@ def commits_for(hook: str, args: list[str]) -> tuple[str | None, str] | None:
     return None
 
 
-def changed(old: str | None, new: str) -> list[dict[str, str | None]]:
-    out = _git("diff", "--name-status", "-z", "-M", "--no-ext-diff", old or EMPTY_TREE, new)
-    fields = out.decode("utf-8", "surrogateescape").split("\0")
+def _name(raw: bytes) -> str | None:
+    """A path as the wire carries it (JSON text), or None for a name that is not UTF-8: it has no exact form
+    there, and the index worker could never match it to the file again."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def diff(old: str | None, new: str) -> tuple[list[dict[str, str | None]], list[str | None], int]:
+    """The paths ``new`` changed since ``old``, the blob id of each at ``new`` (None for a deletion), and how many
+    paths were left out because their names are not UTF-8.
+
+    ``git diff --raw -z``: every name is NUL-terminated, so a name holding a newline cannot shift the fields,
+    and the blob ids come with the names (contents are then asked for by id, never by name)."""
+    out = _git("diff", "--raw", "-z", "-M", "--no-abbrev", "--no-ext-diff", old or EMPTY_TREE, new)
+    fields = out.split(b"\0")
     changes: list[dict[str, str | None]] = []
+    blobs: list[str | None] = []
+    unnamed = 0
     i = 0
-    while i < len(fields) and fields[i]:
-        status = fields[i][0]
-        if status == "R":
-            changes.append({"path": fields[i + 2], "status": "R", "old_path": fields[i + 1]})
-            i += 3
-        elif status == "C":
-            changes.append({"path": fields[i + 2], "status": "A", "old_path": None})
-            i += 3
+    while i < len(fields) and fields[i].startswith(b":"):
+        # ":<old mode> <new mode> <old blob> <new blob> <status><score>"
+        _, _, _, blob, status = fields[i].decode("ascii").split()[:5]
+        two_names = status[0] in "RC"
+        source, path = _name(fields[i + 1]), _name(fields[i + 2] if two_names else fields[i + 1])
+        i += 3 if two_names else 2
+        if path is None:  # the file's new name cannot be sent; its old one (if any) no longer exists
+            unnamed += 1
+            if status[0] == "R" and source is not None:
+                changes.append({"path": source, "status": "D", "old_path": None})
+                blobs.append(None)
+            continue
+        if status[0] == "R" and source is None:  # never indexed under its old name: a new file
+            unnamed += 1
+            status = "A"
+        if status[0] == "R":
+            changes.append({"path": path, "status": "R", "old_path": source})
         else:
-            changes.append({"path": fields[i + 1], "status": "D" if status == "D" else ("A" if status == "A" else "M"),
-                            "old_path": None})
-            i += 2
-    return changes
+            kind = {"D": "D", "A": "A", "C": "A"}.get(status[0], "M")
+            changes.append({"path": path, "status": kind, "old_path": None})
+        blobs.append(None if status[0] == "D" else blob)
+    return changes, blobs, unnamed
 
 
-def attach_contents(commit: str, changes: list[dict[str, str | None]], max_bytes: int) -> None:
-    """Fill in each path's content at ``commit`` with one ``git cat-file --batch``."""
-    wanted = []
-    for change in changes:
+def changed(old: str | None, new: str) -> list[dict[str, str | None]]:
+    return diff(old, new)[0]
+
+
+def attach_contents(changes: list[dict[str, str | None]], blobs: list[str | None], max_bytes: int) -> None:
+    """Fill in each path's content (its blob at the new commit) with one ``git cat-file --batch`` that is given
+    blob ids only: hex, one a line, whatever the file names hold."""
+    wanted: list[tuple[dict[str, str | None], str]] = []
+    for change, blob in zip(changes, blobs, strict=True):
         change["text"] = None
         change["skipped"] = None
-        if change["status"] == "D":
+        if change["status"] == "D" or blob is None:
             continue
         reason = path_reason(str(change["path"]))
         if reason:
             change["skipped"] = reason  # never read a secret; vendored/generated are not indexed anyway
             continue
-        wanted.append(change)
+        wanted.append((change, blob))
     if not wanted:
         return
-    request = "".join(f"{commit}:{c['path']}\n" for c in wanted).encode("utf-8", "surrogateescape")
-    out = _git("cat-file", "--batch", stdin=request)
+    out = _git("cat-file", "--batch", stdin="".join(f"{blob}\n" for _, blob in wanted).encode("ascii"))
     pos = 0
-    for change in wanted:
+    for change, _ in wanted:
         end = out.index(b"\n", pos)
         header = out[pos:end].split()
         pos = end + 1
-        if len(header) < 3 or header[-1] == b"missing":
+        if len(header) < 3 or header[-1] == b"missing" or header[1] != b"blob":  # a submodule's commit, say
             change["skipped"] = "missing"
             continue
         size = int(header[2])
@@ -179,7 +208,12 @@ class TinyNats:
         if not info.startswith(b"INFO "):
             raise PublishError(f"unexpected greeting from {url}: {info[:60]!r}")
         self.info = json.loads(info[5:])
-        if self.info.get("tls_required") or parts.scheme == "tls":
+        if (parts.scheme == "tls" or ca) and not self.info.get("tls_required"):
+            # TLS was asked for (a tls:// URL, or the appliance's CA): a server that does not require it may be
+            # one answering in its place, waiting for the password in clear (ctxpress.core.nats_connect)
+            self.sock.close()
+            raise PublishError(f"{url} did not offer TLS, which the hook's configuration requires; nothing sent")
+        if self.info.get("tls_required"):
             import ssl
 
             # Verified against the appliance's CA (or the system's), for the host the URL names.
@@ -287,10 +321,13 @@ def main(argv: list[str]) -> int:
         if span is None:
             return 0
         old, new = span
-        changes = changed(old, new)
+        changes, blobs, unnamed = diff(old, new)
+        if unnamed:  # the rest of the commit is still sent
+            print(f"ctxpress: {unnamed} path(s) of {new[:10]} left out of the index: their names are not UTF-8",
+                  file=sys.stderr)
         if not changes:
             return 0
-        attach_contents(new, changes, args.max_bytes)
+        attach_contents(changes, blobs, args.max_bytes)
         event = {"repository": args.repository, "commit": new, "previous": old, "hook": args.hook,
                  "published_at": STARTED}
         if args.credentials:

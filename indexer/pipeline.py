@@ -41,6 +41,7 @@ from indexer.walk import (
     is_work_tree_root,
     iter_files,
     list_paths,
+    outside,
 )
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -158,7 +159,9 @@ class Indexer:
         changes: list[FileChange] = []
         for path in changed_paths(top, since):
             full = top / path
-            if full.is_file() and not full.is_symlink():
+            if outside(top, path):  # through a symlinked folder: not the repository's (see walk.outside)
+                changes.append(FileChange(path, None, skipped="outside the repository (a symlinked folder)"))
+            elif full.is_file() and not full.is_symlink():
                 try:
                     data = full.read_bytes()
                 except OSError as exc:

@@ -106,6 +106,19 @@ def list_paths(root: Path) -> list[str]:
     return sorted({p for p in out_b.decode("utf-8", "surrogateescape").split("\0") if p})
 
 
+def outside(root: Path, path: str) -> bool:
+    """Whether ``root / path`` leads out of the repository once every symlink on its way is followed.
+
+    Checking the last component alone is not enough: a folder of the repository replaced by a symlink
+    (``src -> ~/.ssh``, as a cloned repository can hold) makes ``src/config.py`` a file outside it, which git
+    still lists (from its index, or as changed since the last indexed commit). Its content must never reach the
+    index, where colleagues' prompts could retrieve it."""
+    try:
+        return not (root / path).resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a symlink loop: certainly not a file of the repository
+        return True
+
+
 def classify(path: str, data: bytes, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> SourceFile | Skipped:
     """One file's fate: a ``SourceFile`` to index, or ``Skipped`` with the reason."""
     reason = path_reason(path)
@@ -132,6 +145,9 @@ def iter_files(root: Path, paths: list[str], max_bytes: int = DEFAULT_MAX_FILE_B
             yield Skipped(path, "unsupported language")
             continue
         full = root / path
+        if outside(root, path):
+            yield Skipped(path, "outside the repository (a symlinked folder)")
+            continue
         try:
             if full.is_symlink() or not full.is_file():
                 yield Skipped(path, "not a regular file")

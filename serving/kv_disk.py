@@ -55,7 +55,11 @@ class KVDiskTier:
         self.fingerprint = hashlib.sha256(fingerprint.encode()).digest()
         self.stats = DiskTierStats()
         self._lock = threading.Lock()  # saves run on a writer thread while the engine reads
-        directory.mkdir(parents=True, exist_ok=True)
+        # Owner-only: a KV blob is the model's state after reading a file, from which that file (someone's code)
+        # can be recovered; umask's 0644/0755 let every local user read them. chmod also closes a folder an
+        # earlier version made, and the files in it with it.
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory.chmod(0o700)
 
     def path_for(self, key: str) -> Path:
         return self.directory / (hashlib.sha256(self.fingerprint + key.encode()).hexdigest()[:40] + SUFFIX)
@@ -68,7 +72,9 @@ class KVDiskTier:
         header = _HEADER.pack(MAGIC, self.fingerprint, len(tokens), len(blob), zlib.crc32(blob))
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            with open(tmp, "wb") as f:
+            # O_EXCL: a name left by a crash is not reused (and cannot be a link planted to write elsewhere)
+            tmp.unlink(missing_ok=True)
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                 f.write(header)
                 f.write(array("i", tokens).tobytes())
                 f.write(blob)

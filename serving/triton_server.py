@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import sys
 import sysconfig
 import tempfile
@@ -72,14 +73,34 @@ def short_workspace_path(triton_dir: Path) -> Path:
     workspace = (triton_dir / "workspace").resolve()
     if len(str(workspace)) + _SOCKET_NAME_ROOM > _SOCKET_PATH_MAX:
         digest = hashlib.sha256(str(triton_dir.resolve()).encode()).hexdigest()[:12]
-        short_root = Path(tempfile.gettempdir()) / f"ctxpress-{os.getuid()}-{digest}"
-        if short_root.is_symlink():  # left by an earlier version that used a link
-            short_root.unlink()
-        short_root.mkdir(mode=0o700, exist_ok=True)
-        workspace = short_root / "workspace"
+        workspace = _private_tmp_dir(Path(tempfile.gettempdir()) / f"ctxpress-{os.getuid()}-{digest}") / "workspace"
     # pytriton insists on creating the workspace itself; a crash may have left one behind.
     shutil.rmtree(workspace, ignore_errors=True)
     return workspace
+
+
+def _private_tmp_dir(path: Path) -> Path:
+    """``path`` when it is a directory of ours that nobody else may enter, else a new one (``mkdtemp``).
+
+    The name is predictable and /tmp is everyone's: another local user could create it first, open to all, and
+    then reach pytriton's sockets or replace the model store it writes there (Python that Triton runs as us).
+    A directory not owned by us, open to others, or a symlink is never used; we make a fresh one instead, so
+    that such a user can neither get in nor stop the appliance from starting."""
+    try:
+        if path.is_symlink() and path.lstat().st_uid == os.getuid():  # left by an earlier version that used a link
+            path.unlink()
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        log.warning("cannot create %s (%s): using a new private directory", path, exc)
+        return Path(tempfile.mkdtemp(prefix=f"ctxpress-{os.getuid()}-"))
+    info = path.lstat()
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+        return path
+    log.warning("%s is not a private directory of ours (owner %d, mode %o%s): using a new one", path, info.st_uid,
+                stat.S_IMODE(info.st_mode), ", a symlink" if stat.S_ISLNK(info.st_mode) else "")
+    return Path(tempfile.mkdtemp(prefix=f"ctxpress-{os.getuid()}-"))
 
 
 def _scalar(inputs: dict[str, np.ndarray], name: str, default: Any) -> Any:

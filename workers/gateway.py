@@ -13,10 +13,10 @@ import asyncio
 import json
 import logging
 
-import nats
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError, TimeoutError
 
+from ctxpress.core import nats_connect
 from ctxpress.core.errors import ErrorCode
 from ctxpress.core.identity import TeamConfigError, team_mode
 from ctxpress.core.settings import Settings
@@ -31,7 +31,7 @@ def route(data: bytes, shards: int, exclude: frozenset[int] = frozenset()) -> in
     try:
         head = json.loads(data)
         return shard_for(str(head["repository"]), str(head["path"]), shards, exclude)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deeply
         return min(set(range(shards)) - exclude, default=0)
 
 
@@ -40,10 +40,20 @@ async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
         # It would forward requests to the shards without the user of their subject: every one refused.
         raise TeamConfigError("team mode: the gateway does not carry the user's identity to the shards yet; "
                               "run the completion workers unsharded")
-    nc = await nats.connect(settings.nats_servers(), name="ctxpress-gateway", max_reconnect_attempts=-1)
+    nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-gateway", max_reconnect_attempts=-1)
     tasks: set[asyncio.Task[None]] = set()
 
     async def forward(msg: Msg, base: str) -> None:
+        try:
+            payload = await relay(msg, base)
+        except Exception:  # a bug must not leave the IDE waiting for a reply that never comes
+            log.exception("forwarding a request failed")
+            payload = ErrorResponse(error=ErrorBody(code=ErrorCode.INTERNAL, message="internal error in the gateway")
+                                    ).model_dump_json().encode()
+        if msg.reply:
+            await msg.respond(payload)
+
+    async def relay(msg: Msg, base: str) -> bytes:
         # Stateless failover: the file's own shard first; if no worker is subscribed there, the
         # shard the file would have without it (rendezvous hashing: only the dead shard's files
         # move), once. Nothing to forget when the shard comes back.
@@ -65,8 +75,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
         if payload is None:
             body = ErrorBody(code=ErrorCode.INFERENCE_UNAVAILABLE, message=f"shard {shard} did not answer")
             payload = ErrorResponse(error=body).model_dump_json().encode()
-        if msg.reply:
-            await msg.respond(payload)
+        return payload
 
     def handler(base: str):  # type: ignore[no-untyped-def]
         async def on_message(msg: Msg) -> None:

@@ -9,6 +9,7 @@ keystrokes costs one query per user every two seconds, not one per request.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ctxpress.core.errors import Forbidden, GrantsUnavailable
 from db.team import repositories_of
+
+log = logging.getLogger("ctxpress.worker.grants")
 
 GRANTS_TTL_S = 2.0
 
@@ -50,8 +53,10 @@ class Grants:
         try:
             repositories = await loop.run_in_executor(None, repositories_of, self.database_url, user)
         except SQLAlchemyError as exc:
-            raise GrantsUnavailable(f"the grants of {user!r} cannot be read now: "
-                                    f"{str(exc).splitlines()[0]}") from None
+            # The driver's text names the database's host, port, user and what failed there: for the log, not for
+            # whoever sent the request.
+            log.warning("the grants of %r cannot be read: %s", user, str(exc).splitlines()[0])
+            raise GrantsUnavailable("the repository grants cannot be read now; try again later") from None
         self._cache[user] = (now, repositories)
         return repositories
 

@@ -22,15 +22,16 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from functools import partial
 
-import nats
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
+from ctxpress.core import nats_connect
 from ctxpress.core.errors import Forbidden, GrantsUnavailable
 from ctxpress.core.identity import INDEXER_USER, service_connect_options, subject_kind, subject_user, team_mode
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
 from db.chunks import SHARED
+from db.session import refuses_values
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
 from indexer.stream import ensure_stream, next_batch
@@ -84,6 +85,7 @@ class WorkerStats:
     invalid: int = 0
     forbidden: int = 0
     failures: int = 0
+    refused: int = 0  # events the database would never take (terminated, see IndexWorker._failed)
     files_indexed: int = 0
     file_passes: Counter[str] = field(default_factory=Counter)  # "repo:path" -> passes (coalescing check)
     stale_events: int = 0
@@ -95,7 +97,8 @@ class WorkerStats:
         fresh = sorted(self.freshness_ms)
         return {
             "worker": self.worker, "batches": self.batches, "events": self.events, "invalid": self.invalid,
-            "forbidden": self.forbidden, "failures": self.failures, "files_indexed": self.files_indexed,
+            "forbidden": self.forbidden, "failures": self.failures,
+            "refused": self.refused, "files_indexed": self.files_indexed,
             "stale_events": self.stale_events, "secret_chunks": self.secret_chunks,
             "max_passes_per_file": max(self.file_passes.values(), default=0),
             "file_passes": dict(self.file_passes.most_common(50)),
@@ -115,13 +118,13 @@ class IndexWorker:
     async def handle_batch(self, msgs: list[Msg]) -> None:
         """Apply one batch; ack after commit, nak (redeliver later) on failure."""
         self.stats.batches += 1
-        by_repo: dict[tuple[str, str, str | None], list[tuple[int, Decoded]]] = {}
+        by_repo: dict[tuple[str, str, str | None], list[tuple[int, Decoded, Msg]]] = {}
         good: list[Msg] = []
         for msg in msgs:
             seq = msg.metadata.sequence.stream
             try:
                 decoded = decode(msg, seq)
-                # a user's own saves and hook events need their grant; the hooks credential's events, any repository
+                # a user's own saves and hook events need their grant (events without a user: single-user mode)
                 if self.grants is not None and decoded.user is not None:
                     await self.grants.authorize(decoded.user, decoded.repository)
             except ValueError as exc:
@@ -139,47 +142,77 @@ class IndexWorker:
                 await msg.nak(delay=2.0)
                 continue
             good.append(msg)
-            by_repo.setdefault((decoded.repository, *self.destination(decoded)), []).append((seq, decoded))
+            by_repo.setdefault((decoded.repository, *self.destination(decoded)), []).append((seq, decoded, msg))
         self.stats.events += len(good)
         keepalive = asyncio.create_task(self._keep_alive(good))
-        loop = asyncio.get_running_loop()
         try:
             for (repository, owner, committed_by), items in by_repo.items():
                 items.sort(key=lambda x: x[0])
-                changes = [c for _, d in items for c in d.changes]
-                commit = next((d.commit for _, d in reversed(items) if d.commit), None)
-                summary: IndexSummary = await loop.run_in_executor(
-                    None, partial(self.indexer.apply_changes, repository, changes, commit, owner=owner,
-                                  committed_by=committed_by))
-                done = time.time()
-                self.stats.files_indexed += summary.files_indexed
-                self.stats.stale_events += summary.stale_events
-                self.stats.secret_chunks += len(summary.secret_chunks)
-                for path in {c.path for c in changes}:
-                    self.stats.file_passes[f"{repository}:{path}"] += 1
-                if len(self.stats.file_passes) > MAX_TRACKED_FILES:
-                    self.stats.file_passes = Counter(dict(self.stats.file_passes.most_common(MAX_TRACKED_FILES // 2)))
-                for _, d in items:
-                    if d.started_at:
-                        self.stats.freshness_ms.append((done - d.started_at) * 1000)
-                log.info(json.dumps({"event": "indexed", "repository": repository, "events": len(items),
-                                     "paths": len({c.path for c in changes}), "files": summary.files_indexed,
-                                     "chunks_written": summary.chunks_written,
-                                     "chunks_deleted": summary.chunks_deleted, "stale": summary.stale_events,
-                                     "skipped": dict(summary.skipped_by_reason()),
-                                     "secret_chunks": summary.secret_chunks,
-                                     "ms": round(summary.seconds * 1000, 1)}))
-        except Exception as exc:
-            self.stats.failures += 1
-            self.stats.last_error = f"{type(exc).__name__}: {exc}"
-            log.exception("batch of %d events failed; they will be redelivered", len(good))
+                try:
+                    await self._apply(repository, owner, committed_by, items)
+                except Exception as exc:
+                    if len(items) == 1:
+                        await self._failed(items[0], exc)
+                        continue
+                    # One event the indexer cannot apply must not hold back the others (nak'd together, they
+                    # came back together and failed together until JetStream gave up on all of them): apply
+                    # them one at a time, so only the bad one is left out.
+                    log.warning(json.dumps({"event": "batch failed", "repository": repository, "events": len(items),
+                                            "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                                            "then": "one event at a time"}))
+                    for item in items:
+                        try:
+                            await self._apply(repository, owner, committed_by, [item])
+                        except Exception as exc_one:
+                            await self._failed(item, exc_one)
+                        else:
+                            await item[2].ack()
+                    continue
+                for _, _, msg in items:  # acked only after the commit
+                    await msg.ack()
+        finally:
             keepalive.cancel()
-            for msg in good:
-                await msg.nak(delay=2.0)
+
+    async def _apply(self, repository: str, owner: str, committed_by: str | None,
+                     items: list[tuple[int, Decoded, Msg]]) -> None:
+        changes = [c for _, d, _ in items for c in d.changes]
+        commit = next((d.commit for _, d, _ in reversed(items) if d.commit), None)
+        summary: IndexSummary = await asyncio.get_running_loop().run_in_executor(
+            None, partial(self.indexer.apply_changes, repository, changes, commit, owner=owner,
+                          committed_by=committed_by))
+        done = time.time()
+        self.stats.files_indexed += summary.files_indexed
+        self.stats.stale_events += summary.stale_events
+        self.stats.secret_chunks += len(summary.secret_chunks)
+        for path in {c.path for c in changes}:
+            self.stats.file_passes[f"{repository}:{path}"] += 1
+        if len(self.stats.file_passes) > MAX_TRACKED_FILES:
+            self.stats.file_passes = Counter(dict(self.stats.file_passes.most_common(MAX_TRACKED_FILES // 2)))
+        for _, d, _ in items:
+            if d.started_at:
+                self.stats.freshness_ms.append((done - d.started_at) * 1000)
+        log.info(json.dumps({"event": "indexed", "repository": repository, "events": len(items),
+                             "paths": len({c.path for c in changes}), "files": summary.files_indexed,
+                             "chunks_written": summary.chunks_written,
+                             "chunks_deleted": summary.chunks_deleted, "stale": summary.stale_events,
+                             "skipped": dict(summary.skipped_by_reason()),
+                             "secret_chunks": summary.secret_chunks,
+                             "ms": round(summary.seconds * 1000, 1)}))
+
+    async def _failed(self, item: tuple[int, Decoded, Msg], exc: Exception) -> None:
+        """One event that could not be applied alone: dropped when the database refuses its values (it never
+        will take them), else redelivered later (the embedder or the database may be back by then)."""
+        seq, _, msg = item
+        self.stats.failures += 1
+        self.stats.last_error = f"{type(exc).__name__}: {exc}"
+        if refuses_values(exc):
+            self.stats.refused += 1
+            log.error(json.dumps({"event": "refused", "seq": seq, "subject": msg.subject,
+                                  "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}))
+            await msg.term()
             return
-        keepalive.cancel()
-        for msg in good:
-            await msg.ack()
+        log.error("event %d failed; it will be redelivered", seq, exc_info=exc)
+        await msg.nak(delay=2.0)
 
     def destination(self, decoded: Decoded) -> tuple[str, str | None]:
         """(the index an event is written into, the user whose commit it is). In team mode a user's save goes
@@ -204,8 +237,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     indexer = Indexer(settings.effective_database_url(), embedder, settings.index_max_file_bytes)
     grants = Grants(settings.effective_database_url()) if team_mode(settings) else None
     worker = IndexWorker(settings, indexer, grants)
-    nc = await nats.connect(settings.nats_servers(), name="ctxpress-index-worker", max_reconnect_attempts=-1,
-                            **connect_options)
+    # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress.core.nats_connect)
+    nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-index-worker", max_reconnect_attempts=-1,
+                                    plaintext_credentials=not settings.nats_tls, **connect_options)
     js = nc.jetstream()
     await ensure_stream(js, settings)
     sub = await js.pull_subscribe_bind(settings.index_consumer, settings.index_stream)

@@ -5,6 +5,8 @@ Names follow the ``ctxpress_`` prefix the Grafana dashboard in ``infra/grafana``
 
 from __future__ import annotations
 
+import re
+
 from prometheus_client import Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 60.0)
@@ -31,3 +33,27 @@ OVERLOADED = Counter("ctxpress_overloaded",
                      "Completion requests rejected at once: the engine could not serve them in time")
 CACHE_ENTRIES = Gauge("ctxpress_cache_entries", "Entries (or characters, *_chars) of the worker's per-file caches",
                       ["cache"])
+
+
+# The ``scenario`` label comes from the client. Every distinct value is a new time series of the latency histogram
+# (17 buckets each) that Prometheus and this process keep for ever: a client sending a fresh value per request
+# would exhaust both. The project's own values keep their label; a client's own (the LSP's `scenario` option) too,
+# while it looks like a label and until MAX_CLIENT_SCENARIOS have been seen; anything else counts as "other".
+KNOWN_SCENARIOS = frozenset({"ide", "lsp", "eval", "http-fim", "http-infill", "http-tabby", *(
+    f"bench-{name}" for name in ("short", "long", "file_switch", "concurrency", "typing", "team", "reopen", "jump",
+                                 "load"))})
+MAX_CLIENT_SCENARIOS = 16
+_SCENARIO_SHAPE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_client_scenarios: set[str] = set()
+
+
+def scenario_label(scenario: str | None) -> str:
+    """The ``scenario`` label for a request's ``scenario`` (bounded: see above)."""
+    if not scenario:
+        return "ide"
+    if scenario in KNOWN_SCENARIOS or scenario in _client_scenarios:
+        return scenario
+    if _SCENARIO_SHAPE.fullmatch(scenario) and len(_client_scenarios) < MAX_CLIENT_SCENARIOS:
+        _client_scenarios.add(scenario)
+        return scenario
+    return "other"

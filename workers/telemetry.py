@@ -4,6 +4,10 @@ A request only appends to an in-memory queue; a background task flushes it every
 ``flush_interval_s`` or ``batch_size`` rows through an executor. If the database is
 down the rows wait (bounded) and are dropped, counted and logged beyond that bound:
 telemetry must never slow down or fail a completion.
+
+A row the database refuses (a value it cannot store) must not hold the others back: when a batch is refused
+for its values, its rows are written one at a time and only the refused ones are dropped (counted and
+logged). Retrying the whole batch would fail forever and stop all telemetry.
 """
 
 from __future__ import annotations
@@ -14,9 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
 
-from db.session import engine_for
+from db.session import engine_for, refuses_values
 from workers import metrics
 
 log = logging.getLogger("ctxpress.worker.telemetry")
@@ -74,7 +77,6 @@ class TelemetryWriter:
             await self._task
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.flush_interval_s)
@@ -84,11 +86,11 @@ class TelemetryWriter:
             events, self._events = self._events, []
             feedback, self._feedback = self._feedback, []
             if events or feedback:
-                try:
-                    await loop.run_in_executor(None, self._write, events, feedback)
-                except SQLAlchemyError as exc:
+                kept = await self._flush(events, feedback)
+                if kept is not None:  # the database is unreachable: keep the rows for the next try
+                    events, feedback, reason = kept
                     log.warning("telemetry write failed (%d rows kept for retry): %s", len(events) + len(feedback),
-                                str(exc).splitlines()[0])
+                                reason)
                     self._events[:0] = events
                     self._feedback[:0] = feedback
                     if self._closing:
@@ -98,9 +100,46 @@ class TelemetryWriter:
             if self._closing and not self._events and not self._feedback:
                 return
 
+    async def _flush(self, events: list[dict[str, Any]], feedback: list[dict[str, Any]]
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str] | None:
+        """Write the rows; None when done, else the rows to try again (the database is unreachable) and why."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self._write, events, feedback)
+            return None
+        except Exception as exc:  # never let the writer's task die: no telemetry would be written again
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if not refuses_values(exc):  # down, unreachable, or not about the rows: all of them later
+                return events, feedback, reason
+        # the database refused a row: write the others one by one, drop the refused ones
+        events, feedback = await loop.run_in_executor(None, self._write_each, events, feedback)
+        return (events, feedback, reason) if events or feedback else None
+
+    def _write_each(self, events: Sequence[dict[str, Any]],
+                    feedback: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Each row in its own transaction; a refused row is dropped. Returns the rows from the first one that
+        failed for another reason (the database went away on the way), kept for the next retry."""
+        pending = [(_INSERT_EVENT, row) for row in events] + [(_INSERT_FEEDBACK, row) for row in feedback]
+        for i, (statement, row) in enumerate(pending):
+            try:
+                with engine_for(self.database_url).begin() as conn:
+                    conn.execute(statement, [row])
+            except Exception as exc:
+                if not refuses_values(exc):
+                    rest = pending[i:]
+                    return [r for s, r in rest if s is _INSERT_EVENT], [r for s, r in rest if s is _INSERT_FEEDBACK]
+                metrics.TELEMETRY_DROPPED.inc()
+                # the id (escaped: it is the client's) says which request; the values themselves are not logged
+                row_id = str(row.get("request_id") or row.get("completion_id") or "")[:128]
+                log.warning("telemetry row dropped, the database refused it (%s, id %s): %s",
+                            "completion_events" if statement is _INSERT_EVENT else "completion_feedback",
+                            ascii(row_id), str(exc).splitlines()[0])
+        return [], []
+
     def _write(self, events: Sequence[dict[str, Any]], feedback: Sequence[dict[str, Any]]) -> None:
         with engine_for(self.database_url).begin() as conn:
             if events:
                 conn.execute(_INSERT_EVENT, list(events))
             if feedback:
                 conn.execute(_INSERT_FEEDBACK, list(feedback))
+

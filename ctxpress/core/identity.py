@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 import secrets
 import socket
@@ -24,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ctxpress.core.errors import CtxpressError
+from ctxpress.core.private_files import write_private_file
 from ctxpress.core.settings import Settings
 
 USER_SUBJECT_PREFIX = "ctxpress.v1.u"
@@ -43,7 +43,9 @@ RESERVED_NAMES = (*SERVICE_USERS, HOOKS_USER)
 USER_KIND_DEVELOPER = "developer"
 USER_KIND_HOOKS = "hooks"
 # A NATS subject token (no '.', '*', '>' or space) that is also a plain file and column value.
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# fullmatch, never match with "$": "$" also matches before a final newline, and "alice\n" would be a user name
+# (written into the NATS authorization block, and a subject token)
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 CREDENTIALS_FORMAT = "ctxpress-nats-credentials/1"
 # Every password is generated here (192 random bits), so bcrypt's cost adds no strength against guessing; it
 # keeps a leaked config from being a list of working passwords. Developers connect once per editor session;
@@ -117,7 +119,7 @@ def monitor_host(settings: Settings) -> str:
 
 
 def validate_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ValueError(f"invalid user name {name!r}: lower-case letters, digits, '-' and '_', at most 64")
     return name
 
@@ -135,7 +137,7 @@ def subject_user(subject: str) -> str | None:
     if head or not rest:
         return None
     user, _, kind = rest.partition(".")
-    return user if kind in USER_KINDS and _NAME.match(user) else None
+    return user if kind in USER_KINDS and _NAME.fullmatch(user) else None
 
 
 def subject_kind(subject: str) -> str | None:
@@ -178,6 +180,12 @@ class NatsCredentials:
 
     def subject(self, kind: str) -> str:
         return user_subject(self.user, kind)
+
+    @property
+    def plaintext(self) -> bool:
+        """Issued for a NATS without TLS (no CA, not a tls:// URL): the only case its password may go in clear
+        (``ctxpress.core.nats_connect``)."""
+        return self.ca is None and not self.nats_url.lower().startswith("tls://")
 
 
 def new_password() -> str:
@@ -234,15 +242,6 @@ def load_credentials(path: str | Path) -> NatsCredentials:
     if ca is not None and (not isinstance(ca, str) or "BEGIN CERTIFICATE" not in ca):
         raise TeamConfigError(f"{path}: 'ca' is not a PEM certificate")
     return NatsCredentials(raw["nats_url"], raw["user"], raw["password"], ca)
-
-
-def write_private_file(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    tmp.replace(path)
 
 
 # --- the service credentials (worker, indexer) ----------------------------------------------------------

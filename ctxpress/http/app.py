@@ -14,7 +14,13 @@ from aiohttp import web
 from ctxpress.core.identity import NatsCredentials, TeamConfigError, load_credentials, team_mode
 from ctxpress.core.settings import Settings
 from ctxpress.http import continue_fim, llama_cpp, tabby
-from ctxpress.http.auth import AuthConfigError, bearer_token_middleware, configured_token, require_token_where_needed
+from ctxpress.http.auth import (
+    AuthConfigError,
+    bearer_token_middleware,
+    browser_guard_middleware,
+    configured_token,
+    require_token_where_needed,
+)
 from ctxpress.http.replies import Handler, HttpError, errors_as_json
 from ctxpress.http.upstream import Upstream
 
@@ -28,7 +34,9 @@ UPSTREAM = web.AppKey("upstream", Upstream)
 SERVED = web.AppKey("served", Counter)
 
 
-def build_app(settings: Settings, upstream: Upstream, token: str | None) -> web.Application:
+def build_app(settings: Settings, upstream: Upstream, token: str | None, host: str, port: int) -> web.Application:
+    """Every door, behind the guards: no request a web page makes (``browser_guard_middleware``), and the bearer
+    token when one is configured. ``host``, ``port``: where the bridge listens."""
     served: Counter[str] = Counter()
 
     @web.middleware
@@ -37,7 +45,7 @@ def build_app(settings: Settings, upstream: Upstream, token: str | None) -> web.
         served["2xx" if response.status < 400 else "refused"] += 1
         return response
 
-    middlewares: list[Handler] = [count, errors_as_json]  # type: ignore[list-item]
+    middlewares: list[Handler] = [count, errors_as_json, browser_guard_middleware(host, port)]  # type: ignore[list-item]
     if token is not None:
         middlewares.append(bearer_token_middleware(token))
     app = web.Application(middlewares=middlewares, client_max_size=settings.max_request_bytes)
@@ -92,7 +100,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
 async def _run(settings: Settings, host: str, port: int, credentials: NatsCredentials | None,
                token: str | None) -> int:
     upstream = Upstream(settings, credentials)
-    app = build_app(settings, upstream, token)
+    app = build_app(settings, upstream, token, host, port)
     # handler_cancellation: a request whose client went away is cancelled, here and in the appliance
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()

@@ -3,11 +3,18 @@
 Loopback and a single user need none (whoever reaches 127.0.0.1 could read the user's files
 anyway). Team mode (the bridge speaks with a user's NATS credentials) and any other address need
 one: the bridge refuses to start without it.
+
+Except a web page in the user's browser: it reaches 127.0.0.1 too. ``browser_guard_middleware`` refuses what
+only a browser sends: a ``Host`` that is not the bridge's loopback name (DNS rebinding: ``evil.example``
+resolved to 127.0.0.1, which would let the page read the answers) and an ``Origin`` of a web page (a cross-site
+POST, which needs no read to spend the engine or send feedback). Editor clients send no ``Origin`` (Tabby's
+agent, llama.vscode, llama.vim, Continue from the extension host) or a VS Code one (a webview): they pass.
 """
 
 from __future__ import annotations
 
 import hmac
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -67,3 +74,44 @@ def bearer_token_middleware(token: str) -> Handler:
         return await handler(request)
 
     return check  # type: ignore[return-value]
+
+
+# Origins of an editor's own web views (VS Code and its forks), not of a web page.
+EDITOR_ORIGIN_SCHEMES = frozenset({"vscode-webview", "vscode-file", "vscode"})
+
+
+def _host_and_port(value: str) -> tuple[str, int | None]:
+    parts = urlsplit(f"//{value}")
+    try:
+        return (parts.hostname or ""), parts.port
+    except ValueError:  # a port that is not a number
+        return "", -1
+
+
+def browser_guard_middleware(host: str, port: int) -> Handler:
+    """Refuse requests only a web page sends (see the module). ``host``, ``port``: where the bridge listens."""
+    # Listening elsewhere than loopback, the bridge requires a token (require_token_where_needed), which a page
+    # cannot know; the names it is reached by are then the operator's, not ours to list.
+    check_host = is_loopback(host)
+
+    def own(value: str) -> bool:
+        name, given_port = _host_and_port(value)
+        return is_loopback(name) and (port == 0 or given_port in (None, port))  # 0: the kernel chose it
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given_host = request.headers.get("Host")
+        if check_host and given_host is not None and not own(given_host):
+            return error_reply(403, f"Host {given_host[:100]!r} is not this bridge's address (127.0.0.1 or "
+                                    f"localhost, port {port}): refused (DNS rebinding)")
+        origin = request.headers.get("Origin")
+        if origin is not None:
+            parts = urlsplit(origin)
+            editor = parts.scheme in EDITOR_ORIGIN_SCHEMES
+            same = parts.scheme in ("http", "https") and own(parts.netloc)
+            if not (editor or same):
+                return error_reply(403, f"requests from web pages (Origin {origin[:100]!r}) are refused; editors "
+                                        "send no Origin")
+        return await handler(request)
+
+    return guard  # type: ignore[return-value]

@@ -48,7 +48,8 @@ class Upstream:
         url, login = settings.effective_nats_url(), {}
         if credentials is not None:  # team mode: the user's login and URL, unless CTXPRESS_NATS_URL says otherwise
             url, login = settings.nats_url or credentials.nats_url, credentials.connect_options()
-        self.appliance = Appliance(url, login, self._reachability)
+        self.appliance = Appliance(url, login, self._reachability,
+                                   plaintext_credentials=credentials is not None and credentials.plaintext)
         self.timeout_ms = int(settings.triton_timeout_s * 1000)
         self._pending: dict[Hashable, asyncio.Task[dict[str, Any]]] = {}
 

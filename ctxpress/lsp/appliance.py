@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
-import nats
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from ctxpress.core import nats_connect
 from ctxpress.core.errors import CtxpressError
 from ctxpress.core.identity import NatsCredentials
 from ctxpress.core.settings import Settings, nats_servers
@@ -63,10 +63,13 @@ class Unreachable(CtxpressError):
 
 
 class Appliance:
-    def __init__(self, url: str, connect_options: dict[str, Any], on_state: Callable[[bool, str], None]) -> None:
-        """``connect_options``: team mode's login (``NatsCredentials.connect_options``), else empty."""
+    def __init__(self, url: str, connect_options: dict[str, Any], on_state: Callable[[bool, str], None],
+                 plaintext_credentials: bool = False) -> None:
+        """``connect_options``: team mode's login (``NatsCredentials.connect_options``), else empty.
+        ``plaintext_credentials``: the login may go in clear (``NatsCredentials.plaintext``)."""
         self.url = url
         self.connect_options = connect_options
+        self.plaintext_credentials = plaintext_credentials
         self._on_state = on_state
         self._nc: Client | None = None
         self._connecting: asyncio.Lock = asyncio.Lock()
@@ -108,9 +111,10 @@ class Appliance:
                 # nats-py retries a first connection as long as it would reconnect (for ever here):
                 # see first whether anything listens, and bound the whole attempt.
                 await _probe(self.url)
-                nc = await asyncio.wait_for(nats.connect(
+                nc = await asyncio.wait_for(nats_connect.connect(
                     nats_servers(self.url), name="ctxpress-lsp", connect_timeout=2, allow_reconnect=True,
                     max_reconnect_attempts=-1, reconnect_time_wait=1, **self.connect_options,
+                    plaintext_credentials=self.plaintext_credentials,
                     disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error), CONNECT_S)
             except Exception as exc:
                 self._state(False, f"cannot connect to NATS at {self.url}: {exc or type(exc).__name__}")

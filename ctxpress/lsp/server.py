@@ -144,7 +144,8 @@ class CtxpressServer(LanguageServer):
             if self.credentials is not None:  # team mode: the login, and its URL unless one is given
                 url = self.options.nats_url or self.credentials.nats_url
                 login = self.credentials.connect_options()
-            self._appliance = Appliance(url, login, self._reachability)
+            plaintext = self.credentials is not None and self.credentials.plaintext
+            self._appliance = Appliance(url, login, self._reachability, plaintext_credentials=plaintext)
         return self._appliance
 
     def subject(self, kind: str) -> str:

@@ -41,12 +41,13 @@ def nats_answers(settings: Settings, subject: str, payload: bytes, expected_key:
         return False  # `ctxpress up` said why before starting anything
 
     async def probe() -> bool:
-        import nats
         from nats.errors import NoRespondersError, TimeoutError
 
+        from ctxpress.core import nats_connect
+
         try:
-            nc = await nats.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False,
-                                    **options)
+            nc = await nats_connect.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False,
+                                            plaintext_credentials=not settings.nats_tls, **options)
         except Exception:
             return False
         try:

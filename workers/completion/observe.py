@@ -26,7 +26,9 @@ class Observer:
         outcome = "degraded" if ctx.degraded else "ok"
         scenario = request.scenario or "ide"
         metrics.REQUESTS.labels(request.mode, outcome).inc()
-        metrics.REQUEST_LATENCY.labels(request.mode, scenario).observe(t.total_ms / 1000)
+        # a bounded label (the client chooses the scenario); the telemetry row keeps the value as sent
+        metrics.REQUEST_LATENCY.labels(request.mode, metrics.scenario_label(request.scenario)).observe(
+            t.total_ms / 1000)
         for stage in ("context", "queue", "prompt", "decode"):
             metrics.STAGE_LATENCY.labels(stage).observe(getattr(t, f"{stage}_ms") / 1000)
         if ctx.degraded:

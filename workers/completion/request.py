@@ -17,8 +17,10 @@ def parse_request(data: bytes, max_bytes: int) -> CompletionRequest:
         raise RequestError(ErrorCode.PAYLOAD_TOO_LARGE, f"request is {len(data)} bytes; the limit is {max_bytes}")
     try:
         raw = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(ErrorCode.INVALID_JSON, f"request is not valid JSON: {exc}") from None
+    except RecursionError:  # [[[[…: the decoder recurses once per level; it is the sender's error, not ours
+        raise RequestError(ErrorCode.INVALID_JSON, "request is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, and an integer of over 4,300 digits
+        raise RequestError(ErrorCode.INVALID_JSON, f"request is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(raw, dict):
         raise RequestError(ErrorCode.INVALID_REQUEST, "request must be a JSON object")
     try:

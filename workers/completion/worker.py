@@ -14,12 +14,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from prometheus_client import start_http_server
 
+from ctxpress.core import nats_connect
 from ctxpress.core.identity import service_connect_options, subject_user, team_mode, user_subject
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
@@ -68,8 +68,10 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     service = CompletionService(settings, triton, count_tokens, settings.model_name, telemetry, retriever, grants)
     for cache in service.cache_entries():  # read when /metrics is scraped
         metrics.CACHE_ENTRIES.labels(cache).set_function(lambda cache=cache: service.cache_entries()[cache])
-    nc = await nats.connect(settings.nats_servers(), name="ctxpress-completion-worker",
-                            max_reconnect_attempts=-1, **connect_options)
+    # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress.core.nats_connect)
+    nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-completion-worker",
+                                    max_reconnect_attempts=-1, plaintext_credentials=not settings.nats_tls,
+                                    **connect_options)
     tasks: set[asyncio.Task[None]] = set()
     subscriptions = await _subscribe(nc, settings, service, team=grants is not None, tasks=tasks)
     suffix = f".{settings.shard}" if settings.shard is not None else ""

@@ -8,9 +8,17 @@ top-level ``error`` key.
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, Strict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ctxpress.core import features
 from ctxpress.core.errors import CtxpressError, ErrorCode, UnsupportedLanguage
@@ -20,6 +28,12 @@ SUBJECT_COMPLETE = "ctxpress.v1.complete"
 SUBJECT_FEEDBACK = "ctxpress.v1.feedback"
 
 MAX_TOKENS_LIMIT = 512
+# The largest line, column or count a message may carry: PostgreSQL's ``integer`` (chars_kept is stored) and a C
+# int (tree-sitter's rows). No file comes near it; a larger number is the sender's error, answered as one.
+MAX_WIRE_INT = 2**31 - 1
+
+
+_Line = Annotated[int, Field(ge=0, le=MAX_WIRE_INT)]
 
 
 def wire_lines(text: str) -> list[str]:
@@ -50,30 +64,72 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+def _refuse_unstorable(value: object, *, nul: bool = True) -> object:
+    """``value`` unchanged, or a ``ValueError`` when a string in it cannot be stored or encoded.
+
+    Why at the wire: PostgreSQL refuses NUL in text, and a lone surrogate (``"\\ud800"`` is valid JSON) has no
+    UTF-8 form. Accepted, either one failed later, far from its sender: a telemetry batch holding it could never
+    be written (and held every other row back), a tokenizer or driver raised ``internal``. Refused here, the
+    sender is told which field is wrong (``invalid_request``)."""
+    if isinstance(value, str):
+        if nul and "\x00" in value:
+            raise ValueError("contains a NUL character (U+0000), which cannot be stored")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"contains a lone surrogate (U+{ord(value[exc.start]):04X}), which is not valid "
+                             "Unicode text") from None
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _refuse_unstorable(item, nul=nul)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_unstorable(key, nul=nul)
+            _refuse_unstorable(item, nul=nul)
+    return value
+
+
+class Inbound(BaseModel):
+    """A message a client sends: every string in it must be storable (no NUL, no lone surrogate).
+
+    A subclass lists in ``_NUL_ALLOWED`` the fields that are never stored (a file's text on its way to the
+    engine), where NUL is kept and only text without a UTF-8 form is refused."""
+
+    _NUL_ALLOWED: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value: object, info: ValidationInfo) -> object:
+        return _refuse_unstorable(value, nul=info.field_name not in cls._NUL_ALLOWED)
+
+
 def _known_features(switches: dict[str, bool] | None) -> None:
     unknown = set(switches or {}) - set(features.REGISTRY)
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(features.REGISTRY)}")
 
 
-class CompletionRequest(BaseModel):
+class CompletionRequest(Inbound):
     """What an IDE sends. Either ``text`` or a ``content_hash`` the server already knows."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+    # The file's text goes to the engine, never to the database: a file with a NUL in it is still completed.
+    _NUL_ALLOWED: ClassVar[frozenset[str]] = frozenset({"text"})
 
     repository: str = Field(min_length=1, max_length=256, description="repository id")
     path: str = Field(min_length=1, max_length=4096, description="file path relative to the repository")
     text: str | None = None
     content_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    line: int = Field(ge=0, description="0-based line of the cursor (lines end at '\\n', see wire_lines)")
-    column: int = Field(ge=0, description="0-based column of the cursor, in characters")
+    line: int = Field(ge=0, le=MAX_WIRE_INT,
+                      description="0-based line of the cursor (lines end at '\\n', see wire_lines)")
+    column: int = Field(ge=0, le=MAX_WIRE_INT, description="0-based column of the cursor, in characters")
     language: str | None = None
     max_tokens: int = Field(default=64, ge=1, le=MAX_TOKENS_LIMIT)
     mode: Literal["optimized", "baseline"] = "optimized"
     budget_tokens: int | None = Field(default=None, ge=64, le=16384)
     # Line ranges (0-based, inclusive) the developer edited recently, most recent first.
     # (not strict: JSON has no tuples, a range arrives as a two-number array)
-    recent_edits: list[Annotated[tuple[NonNegativeInt, NonNegativeInt], Strict(False)]] | None = Field(
+    recent_edits: list[Annotated[tuple[_Line, _Line], Strict(False)]] | None = Field(
         default=None, max_length=64)
     # The caller's id: ``ctxpress.v1.cancel`` names it to abandon the request.
     request_id: str | None = Field(default=None, max_length=128)
@@ -160,21 +216,21 @@ class CompletionResponse(BaseModel):
     features: dict[str, bool] = Field(default_factory=dict)
 
 
-class Feedback(BaseModel):
+class Feedback(Inbound):
     """What the IDE did with a completion, so the real acceptance rate can be computed."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     completion_id: str = Field(min_length=1, max_length=128)
     action: Literal["shown", "accepted", "dismissed"]
-    chars_kept: int | None = Field(default=None, ge=0)
+    chars_kept: int | None = Field(default=None, ge=0, le=MAX_WIRE_INT)
 
 
 SUBJECT_FILE_OPENED = "ctxpress.v1.file_opened"
 SUBJECT_CANCEL = "ctxpress.v1.cancel"
 
 
-class CancelRequest(BaseModel):
+class CancelRequest(Inbound):
     """Abandon a ``complete`` request the caller no longer waits for (published, no reply): the
     worker stops assembling it and the engine drops it from its queue or stops it at its next step."""
 
@@ -183,10 +239,11 @@ class CancelRequest(BaseModel):
     request_id: str = Field(min_length=1, max_length=128)
 
 
-class FileOpened(BaseModel):
+class FileOpened(Inbound):
     """An IDE opened a file: parse it now, so the first keystroke finds a warm tree."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+    _NUL_ALLOWED: ClassVar[frozenset[str]] = frozenset({"text"})  # as CompletionRequest.text
 
     repository: str = Field(min_length=1, max_length=256)
     path: str = Field(min_length=1, max_length=4096)
@@ -194,8 +251,8 @@ class FileOpened(BaseModel):
     language: str | None = None
     # Where the cursor is, when the IDE knows: the stable part of the prompt for that position is
     # processed ahead of the first keystroke. 0-based, like CompletionRequest.
-    line: int | None = Field(default=None, ge=0)
-    column: int = Field(default=0, ge=0)
+    line: int | None = Field(default=None, ge=0, le=MAX_WIRE_INT)
+    column: int = Field(default=0, ge=0, le=MAX_WIRE_INT)
     # The switches the IDE's completion requests carry (CompletionRequest.features): the pre-warmed prompt is
     # the one they will ask for.
     features: dict[str, bool] | None = None
@@ -215,7 +272,7 @@ SUBJECT_FILE_SAVED = "ctxpress.v1.file_saved"
 SUBJECT_INDEX_GIT = "ctxpress.v1.index.git"
 
 
-class FileSaved(BaseModel):
+class FileSaved(Inbound):
     """An IDE saved a file: index this text now (no commit needed)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -226,8 +283,10 @@ class FileSaved(BaseModel):
     saved_at: float | None = Field(default=None, description="epoch seconds, for freshness measurement")
 
 
-class ChangedPath(BaseModel):
+class ChangedPath(Inbound):
     model_config = ConfigDict(extra="forbid")
+    # A NUL in a file's content makes it binary (below), rather than the whole commit's event invalid.
+    _NUL_ALLOWED: ClassVar[frozenset[str]] = frozenset({"text"})
 
     path: str = Field(min_length=1, max_length=4096)
     status: Literal["A", "M", "D", "R"]
@@ -235,8 +294,16 @@ class ChangedPath(BaseModel):
     text: str | None = None  # the content at ``commit``; None for "D" and for skipped files
     skipped: str | None = None  # why the publisher sent no content ("secret", "binary", "too large")
 
+    @model_validator(mode="after")
+    def _nul_is_binary(self) -> ChangedPath:
+        """What ``indexer.filters.content_reason`` says of such a file (a hook of an earlier version sent it):
+        binary, indexed by name only. PostgreSQL could not store it."""
+        if self.text is not None and "\x00" in self.text:
+            self.text, self.skipped = None, "binary"
+        return self
 
-class IndexEvent(BaseModel):
+
+class IndexEvent(Inbound):
     """What a git hook publishes: the paths a commit (merge, checkout, rewrite) changed, with contents."""
 
     model_config = ConfigDict(extra="forbid")
