@@ -342,7 +342,11 @@ class CompletionModel:
                 "latency_first": self._latency_first, "released": st.released, "batches": st.batches,
                 "urgent": st.urgent, "warm": st.warm,
                 "wait_ms_p95": waits[int(0.95 * (len(waits) - 1))] if waits else None}}
-            tmp.write_text(json.dumps(status))
+            # Owner only: the pool's keys name each user's repository and path.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                os.fchmod(f.fileno(), 0o600)  # an older file keeps its mode through O_CREAT
+                f.write(json.dumps(status))
             tmp.replace(self.status_path)
         except OSError as exc:
             log.warning("cannot write %s: %s", self.status_path, exc)

@@ -6,10 +6,12 @@ temporary name without O_EXCL, so a planted symlink or file received them."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from ctxpress.core.identity import NatsCredentials, write_credentials
 from db.embedded import EmbeddedPostgres
 from serving.kv_disk import KVDiskTier
 from serving.triton_server import short_workspace_path
+from tests.conftest import Appliance
 
 SOMEONE_ELSE = 65534  # nobody
 
@@ -107,3 +110,14 @@ def test_the_database_password_is_not_written_through_a_planted_name(tmp_path: P
     password = EmbeddedPostgres(root, "127.0.0.1", 1).password()
     assert password and password not in victim.read_text()
     assert _mode(root / "password") == 0o600 and not (root / "password").is_symlink()
+
+
+async def test_the_engine_status_is_owner_only(appliance: Appliance, nats_client: Any) -> None:
+    """The engine's status names every file in its KV pool (user:repository:path in team mode)."""
+    status = appliance.settings.run_dir / "engine-status.json"
+    request = {"repository": "exposure", "path": "status.py", "text": "def f():\n    return ", "line": 1,
+               "column": 11, "max_tokens": 2}
+    reply = json.loads((await nats_client.request(appliance.settings.completion_subject,
+                                                  json.dumps(request).encode(), timeout=120)).data)
+    assert "error" not in reply, reply
+    assert stat.S_IMODE(status.stat().st_mode) == 0o600
