@@ -41,7 +41,7 @@ from ctxpress.core.identity import (
     write_private_file,
 )
 from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
+from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_INDEX_DEAD
 
 # --- the nats-server authorization block ---------------------------------------------------------------
 
@@ -83,8 +83,8 @@ def worker_permissions(settings: Settings) -> dict[str, Any]:
 def indexer_permissions(settings: Settings) -> dict[str, Any]:
     return {
         # JetStream: the index stream and its durable consumer, pulls and acks; it reads the editors' saves and
-        # hook events from the stream, never from their subjects.
-        "publish": {"allow": ["$JS.API.>", "$JS.ACK.>"]},
+        # hook events from the stream, never from their subjects. The events it gives up on, to the dead letters.
+        "publish": {"allow": ["$JS.API.>", "$JS.ACK.>", SUBJECT_INDEX_DEAD]},
         "subscribe": {"allow": [settings.index_status_subject, f"{inbox_prefix(INDEXER_USER)}.>"]},
         "allow_responses": True,  # its status, to the probes
     }

@@ -18,13 +18,13 @@ from nats.js.errors import NotFoundError
 
 from ctxpress.core.identity import user_subject
 from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT
+from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_DEAD, SUBJECT_INDEX_GIT
 
 log = logging.getLogger("ctxpress.index.stream")
 
 ACK_WAIT_S = 10.0  # a worker killed mid-batch: its messages come back after this long
 MAX_BATCH = 256
-MAX_DELIVER = 20
+DEAD_MAX_AGE_S = 30 * 24 * 3600
 
 
 def stream_config(settings: Settings) -> StreamConfig:
@@ -48,13 +48,47 @@ def consumer_config(settings: Settings) -> ConsumerConfig:
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
         ack_wait=ACK_WAIT_S,
-        max_deliver=MAX_DELIVER,
+        max_deliver=settings.index_max_deliver,
         max_ack_pending=4 * MAX_BATCH,
         num_replicas=settings.index_stream_replicas,
     )
 
 
+def dead_letter_stream(settings: Settings) -> str:
+    return f"{settings.index_stream}_DEAD"
+
+
+def dead_letter_config(settings: Settings) -> StreamConfig:
+    return StreamConfig(
+        name=dead_letter_stream(settings),
+        subjects=[SUBJECT_INDEX_DEAD],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=DEAD_MAX_AGE_S,
+        max_bytes=1 << 30,
+        max_msg_size=8 << 20,
+        num_replicas=settings.index_stream_replicas,
+    )
+
+
+def retry_delay_s(settings: Settings, delivered: int) -> float:
+    """How long an event that failed its ``delivered``-th try waits before the next one."""
+    return float(min(settings.index_retry_max_s, settings.index_retry_base_s * 2 ** max(0, delivered - 1)))
+
+
+async def dead_letters(js: JetStreamContext, settings: Settings) -> int:
+    """Events in the dead-letter stream (0 when there is none yet)."""
+    try:
+        return int((await js.stream_info(dead_letter_stream(settings))).state.messages)
+    except NotFoundError:
+        return 0
+
+
 async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
+    try:
+        await js.stream_info(dead_letter_stream(settings))
+    except NotFoundError:
+        await js.add_stream(dead_letter_config(settings))
     wanted = stream_config(settings)
     try:
         info = await js.stream_info(settings.index_stream)

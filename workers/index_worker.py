@@ -23,18 +23,27 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from pydantic import ValidationError
 
 from ctxpress.core import nats_connect
 from ctxpress.core.errors import Forbidden, GrantsUnavailable
 from ctxpress.core.identity import INDEXER_USER, service_connect_options, subject_kind, subject_user, team_mode
 from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved, IndexEvent
+from ctxpress.core.wire.v1 import (
+    HEADER_DEAD_DELIVERIES,
+    HEADER_DEAD_ERROR,
+    HEADER_DEAD_SUBJECT,
+    SUBJECT_FILE_SAVED,
+    SUBJECT_INDEX_DEAD,
+    FileSaved,
+    IndexEvent,
+)
 from db.chunks import SHARED
 from db.session import refuses_values
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
-from indexer.stream import ensure_stream, next_batch
+from indexer.stream import dead_letters, ensure_stream, next_batch, retry_delay_s
 from workers.grants import Grants
 from workers.process import run_service
 
@@ -86,6 +95,7 @@ class WorkerStats:
     forbidden: int = 0
     failures: int = 0
     refused: int = 0  # events the database would never take (terminated, see IndexWorker._failed)
+    dead_lettered: int = 0  # events given up on, moved to the dead-letter stream
     files_indexed: int = 0
     file_passes: Counter[str] = field(default_factory=Counter)  # "repo:path" -> passes (coalescing check)
     stale_events: int = 0
@@ -98,7 +108,7 @@ class WorkerStats:
         return {
             "worker": self.worker, "batches": self.batches, "events": self.events, "invalid": self.invalid,
             "forbidden": self.forbidden, "failures": self.failures,
-            "refused": self.refused, "files_indexed": self.files_indexed,
+            "refused": self.refused, "dead_lettered": self.dead_lettered, "files_indexed": self.files_indexed,
             "stale_events": self.stale_events, "secret_chunks": self.secret_chunks,
             "max_passes_per_file": max(self.file_passes.values(), default=0),
             "file_passes": dict(self.file_passes.most_common(50)),
@@ -109,9 +119,11 @@ class WorkerStats:
 
 
 class IndexWorker:
-    def __init__(self, settings: Settings, indexer: Indexer, grants: Grants | None = None) -> None:
+    def __init__(self, settings: Settings, indexer: Indexer, grants: Grants | None = None,
+                 js: JetStreamContext | None = None) -> None:
         self.settings = settings
         self.indexer = indexer
+        self.js = js  # where events given up on go (the dead-letter stream); None: they are only logged
         self.grants = grants  # team mode: an editor's save needs its user's grant for the repository
         self.stats = WorkerStats(worker=f"{os.uname().nodename}:{os.getpid()}")
 
@@ -139,7 +151,7 @@ class IndexWorker:
                 continue
             except GrantsUnavailable as exc:
                 log.warning(json.dumps({"event": "grants unavailable", "seq": seq, "error": str(exc)}))
-                await msg.nak(delay=2.0)
+                await self._retry_later(msg, seq, f"grants unavailable: {exc}")
                 continue
             good.append(msg)
             by_repo.setdefault((decoded.repository, *self.destination(decoded)), []).append((seq, decoded, msg))
@@ -205,14 +217,42 @@ class IndexWorker:
         seq, _, msg = item
         self.stats.failures += 1
         self.stats.last_error = f"{type(exc).__name__}: {exc}"
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
         if refuses_values(exc):
             self.stats.refused += 1
-            log.error(json.dumps({"event": "refused", "seq": seq, "subject": msg.subject,
-                                  "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}))
-            await msg.term()
+            log.error(json.dumps({"event": "refused", "seq": seq, "subject": msg.subject, "error": why}))
+            await self._dead_letter(msg, seq, f"refused by the database: {why}")
             return
         log.error("event %d failed; it will be redelivered", seq, exc_info=exc)
-        await msg.nak(delay=2.0)
+        await self._retry_later(msg, seq, why)
+
+    async def _retry_later(self, msg: Msg, seq: int, why: str) -> None:
+        """Redelivered after a delay doubling with each try, so that an outage of the database or the embedder
+        outlasts no event; past the last try, to the dead-letter stream."""
+        delivered = msg.metadata.num_delivered or 1
+        if delivered >= self.settings.index_max_deliver:
+            await self._dead_letter(msg, seq, why)
+            return
+        await msg.nak(delay=retry_delay_s(self.settings, delivered))
+
+    async def _dead_letter(self, msg: Msg, seq: int, why: str) -> None:
+        """Kept, with its subject and the reason, in the dead-letter stream (``ctxpress status`` counts them), and
+        taken off the index stream. When even that fails the event stays where it is."""
+        delivered = msg.metadata.num_delivered or 1
+        headers = {HEADER_DEAD_SUBJECT: msg.subject, HEADER_DEAD_DELIVERIES: str(delivered),
+                   HEADER_DEAD_ERROR: " ".join(why.split())[:500]}
+        try:
+            if self.js is None:
+                raise RuntimeError("no JetStream context")
+            await self.js.publish(SUBJECT_INDEX_DEAD, msg.data, headers=headers, timeout=5)
+        except Exception as exc:
+            log.error(json.dumps({"event": "dead letter failed", "seq": seq, "error": f"{type(exc).__name__}: {exc}"}))
+            await msg.nak(delay=self.settings.index_retry_max_s)
+            return
+        self.stats.dead_lettered += 1
+        log.error(json.dumps({"event": "dead letter", "seq": seq, "subject": msg.subject, "deliveries": delivered,
+                              "error": headers[HEADER_DEAD_ERROR]}))
+        await msg.term()
 
     def destination(self, decoded: Decoded) -> tuple[str, str | None]:
         """(the index an event is written into, the user whose commit it is). In team mode a user's save goes
@@ -242,10 +282,16 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
                                     plaintext_credentials=not settings.nats_tls, **connect_options)
     js = nc.jetstream()
     await ensure_stream(js, settings)
+    worker.js = js
     sub = await js.pull_subscribe_bind(settings.index_consumer, settings.index_stream)
 
     async def on_status(msg: Msg) -> None:
-        await msg.respond(json.dumps(worker.stats.as_dict()).encode())
+        try:
+            dead = await dead_letters(js, settings)
+        except Exception as exc:  # the status still answers: the count is what is missing
+            log.warning("cannot count the dead letters: %s", exc)
+            dead = None
+        await msg.respond(json.dumps({**worker.stats.as_dict(), "dead_letters": dead}).encode())
 
     status_sub = await nc.subscribe(settings.index_status_subject, cb=on_status)
     log.info("index worker on stream %s (consumer %s), Triton at %s", settings.index_stream,

@@ -131,6 +131,12 @@ class Settings(BaseSettings):
     index_stream_replicas: int = Field(default=1, ge=1, le=5)
     index_consumer: str = "ctxpress-indexer"
     index_status_subject: str = "ctxpress.v1.index.status"
+    # An event the index worker cannot apply (database or embedder down) comes back after a delay doubling from
+    # base to max; after max_deliver tries (about 1.5 h with the defaults) it goes to the dead-letter stream
+    # (``<index_stream>_DEAD``, kept 30 days), which ``ctxpress status`` reports, instead of being dropped.
+    index_retry_base_s: float = Field(default=2.0, gt=0)
+    index_retry_max_s: float = Field(default=600.0, gt=0)
+    index_max_deliver: int = Field(default=20, ge=2, le=1000)
     retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
     retrieval_top_k: int = 6
     retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see workers/context/retrieval.py)

@@ -34,13 +34,19 @@ def http_ok(url: str, timeout_s: float = 5.0) -> bool:
 def nats_answers(settings: Settings, subject: str, payload: bytes, expected_key: str) -> bool:
     """One request-reply round trip: does a JSON reply with ``expected_key`` come back? (In team mode the probe
     connects as the worker user, which may publish on the single-user subjects.)"""
+    reply = nats_reply(settings, subject, payload)
+    return reply is not None and expected_key in reply
+
+
+def nats_reply(settings: Settings, subject: str, payload: bytes, timeout_s: float = 1.0) -> dict[str, Any] | None:
+    """The JSON object a NATS request-reply round trip brings back, or None (no answer, not JSON)."""
     url = settings.nats_servers()
     try:
         options: dict[str, Any] = identity.service_connect_options(settings)
     except identity.TeamConfigError:
-        return False  # `ctxpress up` said why before starting anything
+        return None  # `ctxpress up` said why before starting anything
 
-    async def probe() -> bool:
+    async def probe() -> dict[str, Any] | None:
         from nats.errors import NoRespondersError, TimeoutError
 
         from ctxpress.core import nats_connect
@@ -49,12 +55,12 @@ def nats_answers(settings: Settings, subject: str, payload: bytes, expected_key:
             nc = await nats_connect.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False,
                                             plaintext_credentials=not settings.nats_tls, **options)
         except Exception:
-            return False
+            return None
         try:
-            reply = await nc.request(subject, payload, timeout=1.0)
-            return expected_key in json.loads(reply.data)
+            reply = json.loads((await nc.request(subject, payload, timeout=timeout_s)).data)
+            return reply if isinstance(reply, dict) else None
         except (NoRespondersError, TimeoutError, ValueError):
-            return False
+            return None
         finally:
             await nc.close()
 

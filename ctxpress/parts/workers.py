@@ -4,9 +4,12 @@ request-reply round trip on NATS."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-from ctxpress.parts.base import Part
-from ctxpress.parts.probes import nats_answers
+from ctxpress.core.settings import Settings
+from ctxpress.parts.base import Part, PartStatus
+from ctxpress.parts.probes import nats_answers, nats_reply
+from indexer.stream import dead_letter_stream
 
 
 class CompletionWorkerPart(Part):
@@ -43,3 +46,22 @@ class IndexWorkerPart(Part):
     def ready(self) -> bool:
         # Ready once it has bound the durable consumer and answers its status subject (one round trip).
         return nats_answers(self.settings, self.settings.index_status_subject, b"", "worker")
+
+    def status(self) -> PartStatus:
+        status = super().status()
+        if status.running:
+            status.detail = index_summary(nats_reply(self.settings, self.settings.index_status_subject, b"", 3.0),
+                                          self.settings)
+        return status
+
+
+def index_summary(reply: dict[str, Any] | None, settings: Settings) -> str:
+    """The index worker's line in ``ctxpress status``: an alert first when events were given up on."""
+    if reply is None:
+        return "no status answer from the index worker"
+    line = f"{reply.get('events', 0)} events, {reply.get('files_indexed', 0)} files indexed"
+    dead = reply.get("dead_letters")
+    if dead:
+        line = (f"ALERT: {dead} index event(s) given up on, kept in the stream {dead_letter_stream(settings)} "
+                f"(see the index worker's log for why); {line}")
+    return line

@@ -124,7 +124,7 @@ def test_generated_authorization_gives_each_credential_only_its_subjects(tmp_pat
     assert not any(s.endswith((".file_saved", ".index_git", ".>")) for s in worker["subscribe"]["allow"]
                    if s.startswith("ctxpress.v1.u."))
     indexer = users["indexer"]["permissions"]
-    assert indexer["publish"] == {"allow": ["$JS.API.>", "$JS.ACK.>"]}
+    assert indexer["publish"] == {"allow": ["$JS.API.>", "$JS.ACK.>", "ctxpress.v1.index.dead"]}
     assert indexer["subscribe"] == {"allow": [settings.index_status_subject, "_INBOX.indexer.>"]}
 
 

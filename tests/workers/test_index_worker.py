@@ -15,13 +15,25 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT, ChangedPath, FileSaved, IndexEvent
+from ctxpress.core.settings import Settings
+from ctxpress.core.wire.v1 import (
+    HEADER_DEAD_DELIVERIES,
+    HEADER_DEAD_ERROR,
+    HEADER_DEAD_SUBJECT,
+    SUBJECT_FILE_SAVED,
+    SUBJECT_INDEX_DEAD,
+    SUBJECT_INDEX_GIT,
+    ChangedPath,
+    FileSaved,
+    IndexEvent,
+)
 from db.chunks import search_chunks
 from db.models import CodeChunk, IndexedFile, Repository
 from db.session import engine_for
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import Indexer
-from indexer.stream import ACK_WAIT_S
+from indexer.stream import ACK_WAIT_S, dead_letter_stream, dead_letters, next_batch, retry_delay_s
+from tests.conftest import free_port
 from tests.indexer.index_repo import git, make_repo
 from workers.index_worker import IndexWorker, decode
 
@@ -210,3 +222,47 @@ async def test_a_burst_of_commits_is_one_pass_per_file(appliance: Any, nats_clie
         symbols = set(session.scalars(select(CodeChunk.symbol).join(Repository).where(Repository.name == name)))
         row = session.scalars(select(IndexedFile).join(Repository).where(Repository.name == name)).one()
     assert symbols == set(last) and row.source_seq > 0
+
+
+def test_retries_wait_longer_each_time_up_to_the_cap() -> None:
+    settings = Settings(index_retry_base_s=2.0, index_retry_max_s=60.0)
+    assert [retry_delay_s(settings, n) for n in range(1, 8)] == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+
+
+async def test_an_outage_longer_than_the_retries_keeps_the_event_as_a_dead_letter(appliance: Any,
+                                                                                   nats_client: Any) -> None:
+    """The database is unreachable for every try: the event is retried with backoff, then kept in the dead-letter
+    stream with its subject and why, and `ctxpress status` raises an alert. (Before, after 20 naks 2 s apart,
+    about 40 s, JetStream stopped delivering it and nothing said so.)"""
+    settings = appliance.settings.model_copy(update={"index_retry_base_s": 0.2, "index_max_deliver": 3})
+    js = nats_client.jetstream()
+    dead_before = await dead_letters(js, settings)
+    name = f"outage-{uuid.uuid4().hex[:6]}"
+    event = IndexEvent(repository=name, commit="c" * 40, hook="post-commit",
+                       changes=[ChangedPath(path="lib/core.py", status="M", text="def f():\n    return 1\n")])
+    _kill_worker(appliance)
+    try:
+        seq = (await js.publish(SUBJECT_INDEX_GIT, event.model_dump_json().encode())).seq
+        # An index worker whose database is down for the whole test (nothing listens on that port).
+        down = f"postgresql+psycopg://ctxpress@127.0.0.1:{free_port()}/ctxpress"
+        worker = IndexWorker(settings, Indexer(down, TritonEmbedder(settings.effective_triton_url())), js=js)
+        sub = await js.pull_subscribe_bind(settings.index_consumer, settings.index_stream)
+        deliveries: list[int] = []
+        deadline = time.monotonic() + 60
+        while worker.stats.dead_lettered == 0:
+            assert time.monotonic() < deadline, worker.stats.as_dict()
+            msgs = await next_batch(sub)
+            deliveries += [m.metadata.num_delivered for m in msgs if m.metadata.sequence.stream == seq]
+            if msgs:
+                await worker.handle_batch(msgs)
+        await sub.unsubscribe()
+        assert deliveries == [1, 2, 3], deliveries  # retried, then given up on at the last try
+        dead = await js.get_last_msg(dead_letter_stream(settings), SUBJECT_INDEX_DEAD)
+        assert json.loads(dead.data) == json.loads(event.model_dump_json())
+        assert dead.headers is not None and dead.headers[HEADER_DEAD_SUBJECT] == SUBJECT_INDEX_GIT
+        assert "OperationalError" in dead.headers[HEADER_DEAD_ERROR] and dead.headers[HEADER_DEAD_DELIVERIES] == "3"
+        assert await dead_letters(js, settings) == dead_before + 1
+    finally:
+        _restart_worker(appliance)
+    status = appliance.ctxpress("status")
+    assert f"ALERT: {dead_before + 1} index event(s) given up on" in status.stdout, status.stdout

@@ -270,6 +270,11 @@ class FileOpened(Inbound):
 
 SUBJECT_FILE_SAVED = "ctxpress.v1.file_saved"
 SUBJECT_INDEX_GIT = "ctxpress.v1.index.git"
+# Index events the index worker gave up on, with the headers below; only the index worker publishes here.
+SUBJECT_INDEX_DEAD = "ctxpress.v1.index.dead"
+HEADER_DEAD_SUBJECT = "Ctxpress-Subject"  # the subject the event was published on (whose user it names)
+HEADER_DEAD_ERROR = "Ctxpress-Error"  # why it was given up: the last failure
+HEADER_DEAD_DELIVERIES = "Ctxpress-Deliveries"
 
 
 class FileSaved(Inbound):
