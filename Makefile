@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 demo: install
 	$(VENV)/bin/ctxpress demo
 
-test: install lint vscode-test editor-clients
+test: install lint vscode-test editor-clients vscode
 	$(PY) -m pytest -q -rs
 
 # The real editor clients that tests/e2e drives (code-server + Chromium, Neovim, tabby-agent), from
@@ -44,7 +44,7 @@ $(E2E_STAMP): $(wildcard infra/editor-clients/*.sh)
 	@touch $@
 
 # Only the end-to-end tests of the editor doors, with their latency table.
-e2e: install editor-clients
+e2e: install editor-clients vscode
 	$(PY) -m pytest -q -rs -s tests/e2e
 
 # The fuzz suites with many more examples than `make test` runs (about 10,000 in all), printing

@@ -135,6 +135,7 @@ class CtxpressServer(LanguageServer):
         self._appliance: Appliance | None = None
         self.credentials: NatsCredentials | None = None
         self.plain_items_one_line = False
+        self.asks_inline = False
 
     # --- the appliance ----------------------------------------------------------------------
     @property
@@ -311,6 +312,8 @@ def build_server(settings: Settings) -> CtxpressServer:
         folders = [f.uri for f in params.workspace_folders or []] or ([params.root_uri] if params.root_uri else [])
         ls.workspace_roots = [Path(unquote(urlparse(uri).path)) for uri in folders if uri.startswith("file:")]
         ls.plain_items_one_line = inserts_plain_words(params)
+        document = params.capabilities.text_document
+        ls.asks_inline = document is not None and document.inline_completion is not None
         if problem:
             log.warning(problem)
             ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
@@ -398,6 +401,10 @@ def build_server(settings: Settings) -> CtxpressServer:
     @server.feature(types.TEXT_DOCUMENT_COMPLETION)
     async def completion(ls: CtxpressServer, params: types.CompletionParams) -> types.CompletionList:
         """For editors without inline completion (Helix): the suggestion as one item."""
+        if ls.asks_inline:
+            # An editor with inline completion asks both at the same keystroke (VS Code's word suggestions):
+            # answering here too would run the model twice, each request superseding the other.
+            return types.CompletionList(is_incomplete=False, items=[])
         explicit = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
         found = await ls.suggest(params.text_document.uri, params.position, explicit=explicit)
         if found is None:

@@ -8,7 +8,7 @@ root="$(cd "$here/../.." && pwd)"
 export E2E_DIR="${E2E_DIR:-$root/.e2e}"
 mkdir -p "$E2E_DIR"
 clients=("$@")
-[ ${#clients[@]} -gt 0 ] || clients=(neovim tabby-agent)
+[ ${#clients[@]} -gt 0 ] || clients=(neovim tabby-agent vscode)
 total_start=$(date +%s)
 for client in "${clients[@]}"; do
   start=$(date +%s)

@@ -104,11 +104,21 @@ class Controller {
       initializationOptions: launch.initializationOptions,
       outputChannel: this.log,
       revealOutputChannelOn: RevealOutputChannelOn.Never,
+      middleware: {
+        // The server's textDocument/completion is for editors without inline completion (Helix). VS Code
+        // would ask it on every quick-suggest keystroke besides the inline request: the server keeps one
+        // request per document, so each cancels the other (the ghost text's request is answered
+        // "cancelled" when the completion request comes after it), each runs the model, and the
+        // suggestion would show twice.
+        provideCompletionItem: () => undefined,
+      },
     };
     const client = new LanguageClient('ctxpress', 'ctxpress', serverOptions, clientOptions);
     this.client = client;
 
+    let statusSeen = false;
     client.onNotification(STATUS_NOTIFICATION, (params: unknown) => {
+      statusSeen = true;
       const parsed = parseStatus(params);
       if (parsed.ok) {
         this.show(statusView(parsed.status));
@@ -130,6 +140,11 @@ class Controller {
     this.show(startingView());
     try {
       await client.start();
+      // `ctxpress lsp` sends its first status with its first completion: until then the item would
+      // keep saying "starting the language server" (and spinning) although the server is running.
+      if (!statusSeen && this.client === client) {
+        this.show(statusView({ state: 'ready', message: '', lastLatencyMs: null, requests: 0, cacheHits: 0 }));
+      }
     } catch (error) {
       const reason = errorText(error);
       this.log.error(`the language server did not start: ${reason}`);

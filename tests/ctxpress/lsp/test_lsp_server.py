@@ -212,6 +212,21 @@ async def test_a_client_that_reads_capabilities_first_gets_inline_completions(ed
     assert result is not None and result.items and str(result.items[0].insert_text).startswith("a + b"), result
 
 
+async def test_an_inline_client_s_word_completion_does_not_supersede_its_inline_request(
+        editor: Editor, repo: Path) -> None:
+    """VS Code asks textDocument/completion (its word suggestions) and textDocument/inlineCompletion at the same
+    keystroke: the first must not cancel the second (one model run, and the ghost text comes)."""
+    uri = (repo / "pkg" / "math_utils.py").as_uri()
+    editor.open(uri, SOURCE)
+    inline = asyncio.ensure_future(editor.inline(uri, *CURSOR))
+    await asyncio.sleep(0.05)  # the inline request is in flight
+    words = await asyncio.wait_for(editor.client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(*CURSOR))), 30)
+    assert isinstance(words, types.CompletionList) and list(words.items) == []
+    result = await inline
+    assert result is not None and result.items and str(result.items[0].insert_text).startswith("a + b"), result
+
+
 def cancelled_in_worker(appliance: Appliance) -> float:
     """The completion worker's count of requests abandoned by their caller (Prometheus)."""
     url = f"http://127.0.0.1:{appliance.settings.worker_metrics_port}/metrics"
