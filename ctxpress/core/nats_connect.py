@@ -21,10 +21,12 @@ from urllib.parse import urlsplit
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from ctxpress.core.errors import CtxpressError
 
-class TlsNotOffered(NatsError):
+
+class TlsNotOffered(CtxpressError, NatsError):
     """The server did not ask for TLS although this client was configured to use it: nothing was sent to it.
-    A ``nats.errors.Error``, so nats-py treats it as a failed attempt (next server, reconnect policy)."""
+    Also a ``nats.errors.Error``, so nats-py treats it as a failed attempt (next server, reconnect policy)."""
 
 
 class _TlsRequiringClient(Client):
