@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ctxpress.core.settings import Settings
+from indexer.embeddings import TritonEmbedder
 from serving.tokenizer import Tokenizer
 
 
@@ -112,6 +113,14 @@ def appliance(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Ite
     home = tmp_path_factory.mktemp("ctxpress-home")
     with running_appliance(appliance_env(home, model_path)) as env:
         yield Appliance(env, settings_from_env(env))
+
+
+@pytest.fixture(scope="session")
+def embedder(appliance: Appliance) -> Iterator[TritonEmbedder]:
+    """The appliance's embedder (served by its Triton), for tests that index with the real pipeline."""
+    client = TritonEmbedder(appliance.settings.effective_triton_url())
+    yield client
+    client.close()
 
 
 @pytest.fixture

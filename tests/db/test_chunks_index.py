@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,6 @@ from indexer.pipeline import FileChange, Indexer
 from tests.indexer.index_repo import FILES, git, make_repo
 
 pytestmark = pytest.mark.services
-
-
-@pytest.fixture(scope="module")
-def embedder(appliance: Any) -> Iterator[TritonEmbedder]:
-    client = TritonEmbedder(appliance.settings.effective_triton_url())
-    yield client
-    client.close()
 
 
 @pytest.fixture

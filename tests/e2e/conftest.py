@@ -5,6 +5,7 @@ agent), installed from the registries by ``make editor-clients`` (infra/editor-c
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,16 @@ def installed(relative: str) -> Path:
     if not path.exists():
         pytest.fail(f"{path} is missing: install the editor clients with `make editor-clients`")
     return path
+
+
+def git_repo(root: Path, files: dict[str, str] | None = None) -> Path:
+    """A new git work tree at ``root`` with a ``pkg`` folder and ``files`` (relative path: text)."""
+    (root / "pkg").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(root)], check=True, timeout=30)
+    for relative, text in (files or {}).items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+    return root
 
 
 @pytest.fixture(scope="session")

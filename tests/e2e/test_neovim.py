@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import Appliance
 from tests.ctxpress.lsp.test_lsp_server import CURSOR, SOURCE, feedback_landed
+from tests.e2e.conftest import git_repo
 from tests.e2e.replay import record, replay_case
 from tests.e2e.tabby_driver import percentile_50
 
@@ -57,16 +58,9 @@ def run_neovim(appliance: Appliance, plan: dict[str, Any], work: Path) -> tuple[
     return json.loads(result.read_text()), log
 
 
-def repository(root: Path) -> Path:
-    root.mkdir()
-    subprocess.run(["git", "init", "-q", str(root)], check=True, timeout=30)
-    (root / "pkg").mkdir()
-    return root
-
-
 async def test_neovim_omnifunc_completion_from_ctxpress_lsp(
         appliance: Appliance, tmp_path: Path, latency_report: Path) -> None:
-    repo = repository(tmp_path / "nvim-demo")
+    repo = git_repo(tmp_path / "nvim-demo")
     main = repo / "pkg" / "math_utils.py"
     main.write_text(OPENED)
     replay = replay_case()

@@ -5,7 +5,6 @@ and ``select`` telemetry must land as feedback. How 1.5.0 is driven: tests/e2e/t
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 from tests.conftest import Appliance
 from tests.ctxpress.http.test_serve_http import Bridge, start_bridge, stop_bridge
 from tests.ctxpress.lsp.test_lsp_server import CURSOR, SOURCE, feedback_landed
-from tests.e2e.conftest import installed
+from tests.e2e.conftest import git_repo, installed
 from tests.e2e.replay import record, replay_case
 from tests.e2e.tabby_driver import (
     AGENT_CLI,
@@ -51,13 +50,6 @@ def assert_nothing_left_the_machine(home: Path) -> None:
     log = agent_log(home, limit=10**9)
     assert "Initialized" in log, "the agent logged nothing: is the config file read?"
     assert "anonymous usage" not in log.lower() and "app.tabbyml.com" not in log, log[-3000:]
-
-
-def git_repo(root: Path) -> Path:
-    root.mkdir()
-    subprocess.run(["git", "init", "-q", str(root)], check=True, timeout=30)
-    (root / "pkg").mkdir()
-    return root
 
 
 async def test_tabby_agent_language_server_completes_through_serve_http(

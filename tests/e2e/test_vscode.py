@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from sqlalchemy import text
 
 from db.session import engine_for
 from tests.conftest import Appliance, free_port
-from tests.e2e.conftest import ROOT, installed
+from tests.e2e.conftest import ROOT, git_repo, installed
 from tests.e2e.replay import MAX_TOKENS, record, replay_case
 from tests.e2e.vscode_driver import CodeServer, Ghost, Workbench, workbench
 
@@ -39,20 +38,10 @@ def vsix() -> Path:
     return path
 
 
-def git_repo(parent: Path, name: str, files: dict[str, str]) -> Path:
-    root = parent / name
-    root.mkdir()
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    for relative, source in files.items():
-        (root / relative).parent.mkdir(parents=True, exist_ok=True)
-        (root / relative).write_text(source)
-    return root
-
-
 # A repository per test: what one test saves is indexed, and retrieval would bring it into another's prompts.
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    return git_repo(tmp_path, "vscode-demo", {"pkg/math_utils.py": SOURCE})
+    return git_repo(tmp_path / "vscode-demo", {"pkg/math_utils.py": SOURCE})
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import json
 import random
 import secrets
 import string
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,13 +94,6 @@ def test_the_scan_is_bounded() -> None:
 
 
 # --- the real pipeline -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def embedder(appliance: Any) -> Iterator[TritonEmbedder]:
-    client = TritonEmbedder(appliance.settings.effective_triton_url())
-    yield client
-    client.close()
 
 
 def _stored(url: str, repository: str) -> list[tuple[str, str, str]]:

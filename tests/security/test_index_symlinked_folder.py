@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,6 @@ from indexer.walk import outside
 from tests.indexer.index_repo import git
 
 pytestmark = pytest.mark.services
-
-
-@pytest.fixture(scope="module")
-def embedder(appliance: Any) -> Iterator[TritonEmbedder]:
-    client = TritonEmbedder(appliance.settings.effective_triton_url())
-    yield client
-    client.close()
 
 
 def _symbols(url: str, repo: str) -> dict[str, str]:
