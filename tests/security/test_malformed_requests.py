@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -15,6 +13,7 @@ from pydantic import ValidationError
 
 from ctxpress.core.errors import ErrorCode, RequestError
 from ctxpress.core.wire.v1 import Feedback
+from tests.workers.test_gateway import sharded_env, start
 from workers.completion.request import parse_request
 from workers.gateway import route
 
@@ -73,18 +72,12 @@ async def test_the_worker_answers_malformed_requests_with_client_errors(applianc
         assert b"Traceback" not in f.read()
 
 
-def _start(module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", module], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-
-
 @pytest.mark.services
 async def test_the_gateway_answers_deeply_nested_json(appliance: Any, nats_client: Any) -> None:
     base = "test.malformed.complete"
-    env = {**appliance.env, "CTXPRESS_COMPLETION_SUBJECT": base, "CTXPRESS_SHARDS": "2",
-           "CTXPRESS_WORKER_METRICS_PORT": "0", "CTXPRESS_COMPLETION_QUEUE": base}
-    gateway = _start("workers.gateway", env)
-    worker = _start("workers.completion", {**env, "CTXPRESS_SHARD": "0"})
+    env = sharded_env(appliance.env, base)
+    gateway = start("workers.gateway", env)
+    worker = start("workers.completion", {**env, "CTXPRESS_SHARD": "0"})
     try:
         probe = json.dumps({**REQUEST, "line": 9}).encode()
         for _ in range(300):  # until both have subscribed: shard 0 answers the probe through the gateway

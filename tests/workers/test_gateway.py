@@ -21,6 +21,12 @@ def start(module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL)
 
 
+def sharded_env(appliance_env: dict[str, str], base: str) -> dict[str, str]:
+    """A gateway and workers of two shards on subjects of their own (``base``), beside the appliance's."""
+    return {**appliance_env, "CTXPRESS_COMPLETION_SUBJECT": base, "CTXPRESS_SHARDS": "2",
+            "CTXPRESS_WORKER_METRICS_PORT": "0", "CTXPRESS_COMPLETION_QUEUE": base}
+
+
 def test_route_reads_repository_and_path_only() -> None:
     data = json.dumps({"repository": "r", "path": "a/b.py", "text": "x" * 10}).encode()
     assert route(data, 4) == shard_for("r", "a/b.py", 4)
@@ -38,8 +44,7 @@ def test_a_dead_shard_moves_only_its_own_files() -> None:
 
 async def test_gateway_sends_each_file_to_its_shard(appliance: Any, nats_client: Any) -> None:
     base = "test.sharded.complete"
-    env = {**appliance.env, "CTXPRESS_COMPLETION_SUBJECT": base, "CTXPRESS_SHARDS": "2",
-           "CTXPRESS_WORKER_METRICS_PORT": "0", "CTXPRESS_COMPLETION_QUEUE": base}
+    env = sharded_env(appliance.env, base)
     gateway = start("workers.gateway", env)
     # only shard 1 is dead (no worker): its files must move to shard 0, retried once, at once
     worker = start("workers.completion", {**env, "CTXPRESS_SHARD": "0"})

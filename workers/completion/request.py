@@ -13,8 +13,7 @@ from ctxpress.core.wire.v1 import CompletionRequest
 
 def parse_request(data: bytes, max_bytes: int) -> CompletionRequest:
     """Bytes off the wire to a valid request, or a ``RequestError`` saying what is wrong."""
-    if len(data) > max_bytes:
-        raise RequestError(ErrorCode.PAYLOAD_TOO_LARGE, f"request is {len(data)} bytes; the limit is {max_bytes}")
+    within_size_limit(data, max_bytes, "request")
     try:
         raw = json.loads(data)
     except RecursionError:  # [[[[…: the decoder recurses once per level; it is the sender's error, not ours
