@@ -206,8 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_index_commands(sub)
     from ctxpress.team_cli import register as register_team_commands
+    from ctxpress.team_cli import register_deploy
 
     register_team_commands(sub)
+    register_deploy(sub)
     return parser
 
 

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from ctxpress.core.identity import (
     AUTHORIZATION_FILE,
     COMPLETION_KINDS,
+    GATEWAY_USER,
     INDEXER_USER,
     RESERVED_NAMES,
     SERVICE_BCRYPT_ROUNDS,
@@ -35,6 +36,7 @@ from ctxpress.core.identity import (
     inbox_prefix,
     monitor_host,
     service_credentials,
+    shard_user_subject,
     team_mode,
     tls_on,
     user_subject,
@@ -42,6 +44,7 @@ from ctxpress.core.identity import (
 )
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_INDEX_DEAD
+from indexer.stream import dead_letter_stream
 
 # --- the nats-server authorization block ---------------------------------------------------------------
 
@@ -72,7 +75,8 @@ def worker_permissions(settings: Settings) -> dict[str, Any]:
         # The single-user subjects: the probes of `ctxpress up` and the supervisor connect as the worker
         # (requests there carry no user and are refused). No JetStream: the index stream is the indexer's.
         "publish": {"allow": probes},
-        "subscribe": {"allow": [*(user_subject("*", kind) for kind in COMPLETION_KINDS), *probes,
+        "subscribe": {"allow": [*(user_subject("*", kind) for kind in COMPLETION_KINDS),
+                                *(shard_user_subject("*", "*", kind) for kind in COMPLETION_KINDS), *probes,
                                 f"{settings.completion_subject}.*", SUBJECT_FILE_OPENED, f"{SUBJECT_FILE_OPENED}.*",
                                 SUBJECT_CANCEL, f"{inbox_prefix(WORKER_USER)}.>"]},
         # One reply to each request it received, and nothing else on other people's inboxes.
@@ -80,11 +84,37 @@ def worker_permissions(settings: Settings) -> dict[str, Any]:
     }
 
 
+def gateway_permissions(settings: Settings) -> dict[str, Any]:
+    """It reads every user's completion subjects and forwards each request to one shard, the user in the subject it
+    publishes on (``ctxpress.v1.s.<shard>.u.<user>.<kind>``): it alone may publish there, so the shards trust it."""
+    single_user = [settings.completion_subject, SUBJECT_FILE_OPENED]
+    return {
+        "publish": {"allow": [*(shard_user_subject("*", "*", kind) for kind in COMPLETION_KINDS),
+                              *(f"{subject}.*" for subject in single_user)]},
+        "subscribe": {"allow": [*(user_subject("*", kind) for kind in COMPLETION_KINDS), *single_user,
+                                f"{inbox_prefix(GATEWAY_USER)}.>"]},
+        "allow_responses": True,  # the shard's reply, relayed to the editor's inbox
+    }
+
+
+def indexer_api_subjects(settings: Settings) -> list[str]:
+    """The JetStream API calls the index worker makes, and no others: it makes (or widens) the index stream, its
+    durable consumer and the dead-letter stream, pulls from its consumer and reads the dead letters' count. It
+    cannot delete or purge a stream, read another stream or consumer, or list them."""
+    stream, consumer, dead = settings.index_stream, settings.index_consumer, dead_letter_stream(settings)
+    api = "$JS.API"
+    return [f"{api}.STREAM.INFO.{stream}", f"{api}.STREAM.CREATE.{stream}", f"{api}.STREAM.UPDATE.{stream}",
+            f"{api}.STREAM.INFO.{dead}", f"{api}.STREAM.CREATE.{dead}",
+            f"{api}.CONSUMER.INFO.{stream}.{consumer}", f"{api}.CONSUMER.CREATE.{stream}.{consumer}",
+            f"{api}.CONSUMER.CREATE.{stream}.{consumer}.>", f"{api}.CONSUMER.DURABLE.CREATE.{stream}.{consumer}",
+            f"{api}.CONSUMER.MSG.NEXT.{stream}.{consumer}", f"$JS.ACK.{stream}.{consumer}.>"]
+
+
 def indexer_permissions(settings: Settings) -> dict[str, Any]:
     return {
-        # JetStream: the index stream and its durable consumer, pulls and acks; it reads the editors' saves and
-        # hook events from the stream, never from their subjects. The events it gives up on, to the dead letters.
-        "publish": {"allow": ["$JS.API.>", "$JS.ACK.>", SUBJECT_INDEX_DEAD]},
+        # JetStream on its own stream and consumer only; it reads the editors' saves and hook events from the stream,
+        # never from their subjects. The events it gives up on, to the dead letters.
+        "publish": {"allow": [*indexer_api_subjects(settings), SUBJECT_INDEX_DEAD]},
         "subscribe": {"allow": [settings.index_status_subject, f"{inbox_prefix(INDEXER_USER)}.>"]},
         "allow_responses": True,  # its status, to the probes
     }
@@ -97,6 +127,8 @@ def render_authorization(settings: Settings, users: Iterable[TeamUser], services
          "permissions": worker_permissions(settings)},
         {"user": INDEXER_USER, "password": bcrypt_hash(services[INDEXER_USER].password, SERVICE_BCRYPT_ROUNDS),
          "permissions": indexer_permissions(settings)},
+        {"user": GATEWAY_USER, "password": bcrypt_hash(services[GATEWAY_USER].password, SERVICE_BCRYPT_ROUNDS),
+         "permissions": gateway_permissions(settings)},
     ]
     for user in sorted(users, key=lambda u: u.name):
         if user.name in RESERVED_NAMES:

@@ -144,3 +144,48 @@ def register(subparsers: Any) -> None:
     sub.add_parser("sync", help="rewrite the NATS authorization block from PostgreSQL and reload NATS")
     for cmd in sub.choices.values():
         cmd.set_defaults(func=_cmd_users)
+
+
+def _cmd_deploy(args: argparse.Namespace, settings: Settings) -> int:
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+
+    from ctxpress import deployment
+    from ctxpress.core import identity
+
+    try:
+        if args.action == "setup":
+            nodes = [deployment.NatsNode.parse(spec) for spec in args.node]
+            written = deployment.setup(settings, nodes, listen_host=args.listen_host, mounted_at=args.mounted_at,
+                                       store_dir=args.store_dir, names=tuple(args.name))
+            what = "the TLS, NATS and service credentials files"
+        else:
+            written = deployment.roles(settings, args.host)
+            what = "each service's database URL (its own role)"
+    except (ValueError, identity.TeamConfigError) as exc:
+        return _fail(str(exc), 2)
+    except (OperationalError, ProgrammingError) as exc:
+        return _fail(f"database: {str(exc.orig or exc).splitlines()[0]} (CTXPRESS_DATABASE_URL must be a superuser's)")
+    for path in written:
+        print(f"  {path}", file=sys.stderr)
+    print(f"wrote {what} under {settings.state_dir} ({len(written)} files)")
+    return 0
+
+
+def register_deploy(subparsers: Any) -> None:
+    deploy = subparsers.add_parser("deploy", help="a team deployment across machines: the files compose and k8s mount")
+    sub = deploy.add_subparsers(dest="action", required=True)
+    setup = sub.add_parser("setup", help="TLS for the NATS cluster, each node's config, the services' credentials")
+    setup.add_argument("--node", action="append", required=True,
+                       help="name=host[:client_port[:cluster_port[:monitor_port]]], once per NATS node")
+    setup.add_argument("--listen-host", default="0.0.0.0", help="the address each node listens on")
+    setup.add_argument("--mounted-at", type=Path, help="where the servers see this state directory (a container's "
+                                                       "mount; default: where it is)")
+    setup.add_argument("--store-dir", type=Path, help="each node's JetStream directory (default: under the state "
+                                                      "directory, one per node)")
+    setup.add_argument("--name", action="append", default=[],
+                       help="another name or address clients reach NATS by (the certificate lists it)")
+    roles = sub.add_parser("roles", help="each service's PostgreSQL role (run with a superuser's "
+                                         "CTXPRESS_DATABASE_URL); writes database/<service>.url")
+    roles.add_argument("--host", help="the database host the services reach (default: the superuser URL's)")
+    for cmd in sub.choices.values():
+        cmd.set_defaults(func=_cmd_deploy)

@@ -128,6 +128,7 @@ class EmbeddedPostgres:
         user = _ensure_system_user()
         kwargs: dict[str, object] = {}
         if user is not None:
+            _allow_traversal(self.root)  # a parent made private since the start (pytest does so to its temp root)
             kwargs["user"] = user.pw_uid
             kwargs["group"] = user.pw_gid
         proc = subprocess.run(

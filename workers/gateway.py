@@ -1,10 +1,14 @@
-"""The gateway: IDEs keep one subject; each file's requests go to the same shard.
+"""The gateway: IDEs keep their subjects; each file's requests go to the same shard.
 
-A file's prompt KV cache lives on the Triton instance behind one completion-worker shard,
-so the gateway reads only ``repository`` and ``path`` of a request and forwards it
-unchanged to ``<subject>.<shard>``, then relays the reply. Requests it cannot route
-(bad JSON, no path) are forwarded to shard 0, whose worker answers with the structured
-error; a shard that does not answer gets the IDE a structured error, not a hang.
+A file's prompt KV cache lives on the engine behind one completion-worker shard, so the gateway reads only
+``repository`` and ``path`` of a request (rendezvous hashing, ``workers/sharding.py``) and forwards it
+unchanged, then relays the reply. Requests it cannot route (bad JSON, no path) go to the first live shard, whose
+worker answers with the structured error; a shard that does not answer gets the IDE a structured error, not a hang.
+
+Single-user subjects go to ``<subject>.<shard>``. In team mode the gateway also reads every user's
+``ctxpress.v1.u.<user>.<kind>`` and forwards to ``ctxpress.v1.s.<shard>.u.<user>.<kind>``: NATS lets only the
+gateway publish there, so the shard's worker takes the user from the subject and checks grants exactly as an
+unsharded worker does. A user's cancel and feedback follow the request to the shard that served it.
 """
 
 from __future__ import annotations
@@ -12,13 +16,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError, TimeoutError
 
 from ctxpress.core import nats_connect
 from ctxpress.core.errors import ErrorCode
-from ctxpress.core.identity import TeamConfigError, team_mode
+from ctxpress.core.identity import (
+    GATEWAY_USER,
+    forwarded_to_shard,
+    service_connect_options,
+    subject_user,
+    team_mode,
+    user_subject,
+)
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorResponse
 from workers.process import run_service
@@ -26,71 +41,169 @@ from workers.sharding import shard_for
 
 log = logging.getLogger("ctxpress.gateway")
 
+# (user, request or completion id) -> the shard that served it, for the cancel and feedback that follow a request.
+REMEMBERED_REQUESTS = 50_000
+# A request id longer than the wire allows is not remembered (the worker refuses the request anyway).
+MAX_ID_CHARS = 128
 
-def route(data: bytes, shards: int, exclude: frozenset[int] = frozenset()) -> int:
+
+@dataclass(frozen=True)
+class Head:
+    """What the gateway reads of a request: where it goes, and the id its cancel and feedback will name."""
+
+    repository: str | None
+    path: str | None
+    request_id: str | None
+
+
+def read_head(data: bytes) -> Head:
     try:
         head = json.loads(data)
-        return shard_for(str(head["repository"]), str(head["path"]), shards, exclude)
-    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deeply
+    except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
+        return Head(None, None, None)
+    if not isinstance(head, dict):
+        return Head(None, None, None)
+
+    def text(key: str) -> str | None:
+        value = head.get(key)
+        return value if isinstance(value, str) and len(value) <= 4096 else None
+
+    request_id = text("request_id") or text("completion_id")
+    return Head(text("repository"), text("path"), request_id if request_id and len(request_id) <= MAX_ID_CHARS
+                else None)
+
+
+def route(data: bytes, shards: int, exclude: frozenset[int] = frozenset()) -> int:
+    head = read_head(data)
+    if head.repository is None or head.path is None:
         return min(set(range(shards)) - exclude, default=0)
+    return shard_for(head.repository, head.path, shards, exclude)
 
 
-async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
-    if team_mode(settings):
-        # It would forward requests to the shards without the user of their subject: every one refused.
-        raise TeamConfigError("team mode: the gateway does not carry the user's identity to the shards yet; "
-                              "run the completion workers unsharded")
-    nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-gateway", max_reconnect_attempts=-1)
-    tasks: set[asyncio.Task[None]] = set()
+def error_payload(code: ErrorCode, message: str) -> bytes:
+    return ErrorResponse(error=ErrorBody(code=code, message=message)).model_dump_json().encode()
 
-    async def forward(msg: Msg, base: str) -> None:
-        try:
-            payload = await relay(msg, base)
-        except Exception:  # a bug must not leave the IDE waiting for a reply that never comes
-            log.exception("forwarding a request failed")
-            payload = ErrorResponse(error=ErrorBody(code=ErrorCode.INTERNAL, message="internal error in the gateway")
-                                    ).model_dump_json().encode()
-        if msg.reply:
-            await msg.respond(payload)
 
-    async def relay(msg: Msg, base: str) -> bytes:
-        # Stateless failover: the file's own shard first; if no worker is subscribed there, the
-        # shard the file would have without it (rendezvous hashing: only the dead shard's files
-        # move), once. Nothing to forget when the shard comes back.
-        shard = route(msg.data, settings.shards)
-        payload: bytes | None = None
+class Gateway:
+    def __init__(self, nc: Client, settings: Settings) -> None:
+        self.nc = nc
+        self.settings = settings
+        self.shards = settings.shards
+        self.served: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    def remember(self, user: str, request_id: str | None, shard: int) -> None:
+        if request_id is None:
+            return
+        self.served[(user, request_id)] = shard
+        self.served.move_to_end((user, request_id))
+        while len(self.served) > REMEMBERED_REQUESTS:
+            self.served.popitem(last=False)
+
+    async def relay(self, data: bytes, subject_of: Callable[[int], str], shard: int) -> tuple[bytes, int]:
+        """The reply of ``shard`` (or, if no worker is subscribed there, of the shard the file would have without
+        it, once: rendezvous hashing moves only the dead shard's files; nothing to forget when it comes back)."""
         for attempt in range(2):
             try:
-                reply = await nc.request(f"{base}.{shard}", msg.data, timeout=settings.triton_timeout_s + 10)
-                payload = reply.data
-                break
+                reply = await self.nc.request(subject_of(shard), data, timeout=self.settings.triton_timeout_s + 10)
+                return reply.data, shard
             except NoRespondersError:
-                retry = route(msg.data, settings.shards, frozenset({shard}))
+                retry = route(data, self.shards, frozenset({shard}))
                 if attempt == 1 or retry == shard:
                     break
                 log.warning("shard %d has no worker: retrying on shard %d", shard, retry)
                 shard = retry
             except TimeoutError:
                 break  # a slow shard is not a dead one: retrying would only double the work
-        if payload is None:
-            body = ErrorBody(code=ErrorCode.INFERENCE_UNAVAILABLE, message=f"shard {shard} did not answer")
-            payload = ErrorResponse(error=body).model_dump_json().encode()
+        return error_payload(ErrorCode.INFERENCE_UNAVAILABLE, f"shard {shard} did not answer"), shard
+
+    async def single_user(self, msg: Msg, base: str) -> bytes:
+        payload, _ = await self.relay(msg.data, lambda shard: f"{base}.{shard}", route(msg.data, self.shards))
         return payload
 
-    def handler(base: str):  # type: ignore[no-untyped-def]
+    async def team_request(self, msg: Msg) -> bytes:
+        """``complete`` and ``file_opened`` of a user: to the file's shard, the user carried in the subject."""
+        user = subject_user(msg.subject)
+        if user is None:  # the subscription's wildcard matched a token that is not a user name
+            return error_payload(ErrorCode.FORBIDDEN, "requests are served on ctxpress.v1.u.<user>.* only")
+        head = read_head(msg.data)
+        self.remember(user, head.request_id, route(msg.data, self.shards))  # a cancel may come before the reply
+        payload, shard = await self.relay(msg.data, lambda shard: forwarded_to_shard(msg.subject, user, shard),
+                                          route(msg.data, self.shards))
+        self.remember(user, head.request_id, shard)
+        return payload
+
+    async def team_feedback(self, msg: Msg) -> bytes:
+        """Feedback names a completion: to the shard that served it; one the gateway does not know (served before
+        a restart, or through another gateway) to the shard its id hashes to."""
+        user = subject_user(msg.subject)
+        if user is None:
+            return error_payload(ErrorCode.FORBIDDEN, "requests are served on ctxpress.v1.u.<user>.* only")
+        completion_id = read_head(msg.data).request_id
+        shard = self.served.get((user, completion_id)) if completion_id else None
+        if shard is None:
+            shard = shard_for("", completion_id or "", self.shards)
+        payload, _ = await self.relay(msg.data, lambda shard: forwarded_to_shard(msg.subject, user, shard), shard)
+        return payload
+
+    async def team_cancel(self, msg: Msg) -> None:
+        """A cancel goes to the shard holding the request; when the gateway does not know it, to every shard (a
+        worker ignores a request id it does not hold)."""
+        user = subject_user(msg.subject)
+        if user is None:
+            return
+        request_id = read_head(msg.data).request_id
+        shard = self.served.get((user, request_id)) if request_id else None
+        for target in (range(self.shards) if shard is None else (shard,)):
+            await self.nc.publish(forwarded_to_shard(msg.subject, user, target), msg.data)
+
+
+async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
+    team = team_mode(settings)
+    connect_options = service_connect_options(settings, GATEWAY_USER)  # team mode: no start without its credential
+    nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-gateway", max_reconnect_attempts=-1,
+                                    plaintext_credentials=not settings.nats_tls, **connect_options)
+    gateway = Gateway(nc, settings)
+    tasks: set[asyncio.Task[None]] = set()
+
+    def answering(work: Callable[[Msg], Awaitable[bytes]]) -> Callable[[Msg], Awaitable[None]]:
+        async def answer(msg: Msg) -> None:
+            try:
+                payload = await work(msg)
+            except Exception:  # a bug must not leave the IDE waiting for a reply that never comes
+                log.exception("forwarding a request failed")
+                payload = error_payload(ErrorCode.INTERNAL, "internal error in the gateway")
+            if msg.reply:
+                await msg.respond(payload)
+
         async def on_message(msg: Msg) -> None:
-            task = asyncio.create_task(forward(msg, base))
+            task = asyncio.create_task(answer(msg))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         return on_message
 
+    async def on_cancel(msg: Msg) -> None:
+        try:
+            await gateway.team_cancel(msg)
+        except Exception:
+            log.exception("forwarding a cancel failed")
+
+    def single(base: str) -> Callable[[Msg], Awaitable[None]]:
+        return answering(lambda msg: gateway.single_user(msg, base))
+
+    queue = "ctxpress-gateway"
     subs = [
-        await nc.subscribe(settings.completion_subject, queue="ctxpress-gateway",
-                           cb=handler(settings.completion_subject)),
-        await nc.subscribe(SUBJECT_FILE_OPENED, queue="ctxpress-gateway", cb=handler(SUBJECT_FILE_OPENED)),
+        await nc.subscribe(settings.completion_subject, queue=queue, cb=single(settings.completion_subject)),
+        await nc.subscribe(SUBJECT_FILE_OPENED, queue=queue, cb=single(SUBJECT_FILE_OPENED)),
     ]
-    log.info("gateway: %s -> %s.<0..%d>", settings.completion_subject, settings.completion_subject,
-             settings.shards - 1)
+    if team:
+        subs += [
+            await nc.subscribe(user_subject("*", "complete"), queue=queue, cb=answering(gateway.team_request)),
+            await nc.subscribe(user_subject("*", "file_opened"), queue=queue, cb=answering(gateway.team_request)),
+            await nc.subscribe(user_subject("*", "feedback"), queue=queue, cb=answering(gateway.team_feedback)),
+            await nc.subscribe(user_subject("*", "cancel"), queue=queue, cb=on_cancel),
+        ]
+    log.info("gateway: %s%s -> %d shards", settings.completion_subject, " and every user's subjects" if team else "",
+             settings.shards)
     await stop.wait()
     for sub in subs:
         await sub.drain()

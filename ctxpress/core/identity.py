@@ -27,16 +27,21 @@ from ctxpress.core.private_files import write_private_file
 from ctxpress.core.settings import Settings
 
 USER_SUBJECT_PREFIX = "ctxpress.v1.u"
+# A sharded team's forwarded requests: ``ctxpress.v1.s.<shard>.u.<user>.<kind>``, published by the gateway only.
+FORWARDED_SUBJECT_PREFIX = "ctxpress.v1.s"
 # What an editor sends, each on ``ctxpress.v1.u.<user>.<kind>``.
 # What the completion worker serves; the saves and hook events go into the index stream for the index worker.
 COMPLETION_KINDS = ("complete", "file_opened", "feedback", "cancel")
 USER_KINDS = (*COMPLETION_KINDS, "file_saved", "index_git")
 WORKER_USER = "worker"  # the completion worker (and the probes of `ctxpress up` and the supervisor)
 INDEXER_USER = "indexer"  # the index worker: the index stream through JetStream, nothing of the editors' subjects
+# The gateway of a sharded team: reads the editors' requests and forwards each, with its user in the subject, to the
+# shard that holds the file (``shard_user_subject``); nobody else may publish there, so a shard trusts that user.
+GATEWAY_USER = "gateway"
 # The name of an unscoped hooks credential that older appliances issued; no longer issued or accepted (git
 # hooks publish as a developer, or as a hooks user scoped to its granted repositories), and never a user's name.
 HOOKS_USER = "hooks"
-SERVICE_USERS = (WORKER_USER, INDEXER_USER)
+SERVICE_USERS = (WORKER_USER, INDEXER_USER, GATEWAY_USER)
 RESERVED_NAMES = (*SERVICE_USERS, HOOKS_USER)
 # What a team user is: a developer (their editor and their git hooks), or git hooks alone (a CI runner, a
 # server's checkout) whose index events reach only the repositories it is granted.
@@ -131,20 +136,49 @@ def user_subject(user: str, kind: str) -> str:
     return f"{USER_SUBJECT_PREFIX}.{user}.{kind}"
 
 
+def shard_user_subject(shard: int | str, user: str, kind: str) -> str:
+    """``ctxpress.v1.s.<shard>.u.<user>.<kind>``: a user's request as the gateway forwards it to one shard; ``shard``
+    and ``user`` may be ``*`` for subscriptions and permissions."""
+    if kind not in COMPLETION_KINDS:
+        raise ValueError(f"the shards do not serve {kind!r}; they serve {', '.join(COMPLETION_KINDS)}")
+    return f"{FORWARDED_SUBJECT_PREFIX}.{shard}.u.{user}.{kind}"
+
+
+def forwarded_to_shard(subject: str, user: str, shard: int) -> str:
+    """Where the gateway forwards a request that arrived on ``subject`` (a per-user one) for ``shard``."""
+    kind = subject_kind(subject)
+    if kind is None or kind not in COMPLETION_KINDS:
+        raise ValueError(f"{subject!r} is not a per-user completion subject")
+    return shard_user_subject(shard, user, kind)
+
+
+def _user_and_kind(subject: str) -> tuple[str, str] | None:
+    if subject.startswith(f"{FORWARDED_SUBJECT_PREFIX}."):
+        parts = subject.split(".")  # ctxpress v1 s <shard> u <user> <kind>
+        if len(parts) != 7 or parts[4] != "u" or not parts[3].isdigit() or parts[6] not in COMPLETION_KINDS:
+            return None
+        user, kind = parts[5], parts[6]
+    else:
+        head, _, rest = subject.partition(f"{USER_SUBJECT_PREFIX}.")
+        if head or not rest:
+            return None
+        user, _, kind = rest.partition(".")
+        if kind not in USER_KINDS:
+            return None
+    return (user, kind) if _NAME.fullmatch(user) else None
+
+
 def subject_user(subject: str) -> str | None:
-    """The user a per-user subject belongs to; None for every other subject (the single-user ones)."""
-    head, _, rest = subject.partition(f"{USER_SUBJECT_PREFIX}.")
-    if head or not rest:
-        return None
-    user, _, kind = rest.partition(".")
-    return user if kind in USER_KINDS and _NAME.fullmatch(user) else None
+    """The user a per-user subject belongs to (as an editor sends it, or as the gateway forwards it to a shard);
+    None for every other subject (the single-user ones)."""
+    found = _user_and_kind(subject)
+    return found[0] if found else None
 
 
 def subject_kind(subject: str) -> str | None:
     """``complete``, ``file_saved``, … for a per-user subject; None otherwise."""
-    if subject_user(subject) is None:
-        return None
-    return subject.rsplit(".", 1)[1]
+    found = _user_and_kind(subject)
+    return found[1] if found else None
 
 
 def inbox_prefix(user: str) -> str:
@@ -285,23 +319,27 @@ def ensure_service_credentials(settings: Settings) -> dict[str, NatsCredentials]
 
 
 def service_credentials(settings: Settings, user: str = WORKER_USER) -> NatsCredentials:
-    """A service's credential (``WORKER_USER``, ``INDEXER_USER``): this appliance's own with the embedded NATS;
-    with an external one, ``CTXPRESS_NATS_CREDENTIALS`` (its operator mounts the worker file there) or, for the
-    index worker, ``CTXPRESS_NATS_INDEXER_CREDENTIALS`` when given."""
+    """A service's credential (``WORKER_USER``, ``INDEXER_USER``, ``GATEWAY_USER``): this appliance's own with the
+    embedded NATS; with an external one, ``CTXPRESS_NATS_CREDENTIALS`` (its operator mounts that service's file
+    there) or, for the index worker, ``CTXPRESS_NATS_INDEXER_CREDENTIALS`` when given."""
     if settings.nats_url is None:
         path = service_credentials_path(settings, user)
         if not path.exists():
             raise TeamConfigError(f"team mode: no {user} credentials at {path}; `ctxpress up` creates them")
         return load_credentials(path)
     if user == INDEXER_USER and settings.nats_indexer_credentials is not None:
-        credentials = load_credentials(settings.nats_indexer_credentials)
-        return credentials if credentials.ca is not None else replace(credentials, ca=client_ca(settings))
-    if settings.nats_credentials is None:
+        path = settings.nats_indexer_credentials
+    elif settings.nats_credentials is None:
         raise TeamConfigError(
             f"team mode: NATS at {settings.nats_url} needs authentication, and CTXPRESS_NATS_CREDENTIALS is not set "
-            f"(point it at the worker credentials, {service_credentials_path(settings, WORKER_USER)} where "
+            f"(point it at the {user} credentials, {service_credentials_path(settings, user)} where "
             "`ctxpress users` runs; see docs/security.md)")
-    credentials = load_credentials(settings.nats_credentials)
+    else:
+        path = settings.nats_credentials
+    credentials = load_credentials(path)
+    if credentials.user != user:  # each service's permissions are its own: another's would fail at its first step
+        raise TeamConfigError(f"{path} holds the NATS credentials of {credentials.user!r}; this service connects as "
+                              f"{user!r} ({service_credentials_path(settings, user).name} where `ctxpress users` runs)")
     return credentials if credentials.ca is not None else replace(credentials, ca=client_ca(settings))
 
 

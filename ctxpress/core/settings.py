@@ -49,6 +49,9 @@ class Settings(BaseSettings):
 
     # PostgreSQL
     database_url: str | None = None
+    # The URL in a file (a container's mounted secret: each service its own PostgreSQL role, `ctxpress db roles`);
+    # read when ``database_url`` is not set.
+    database_url_file: Path | None = None
     postgres_port: int = 5433
 
     # Triton
@@ -186,6 +189,8 @@ class Settings(BaseSettings):
         """The external database, or the embedded one with the password it was initialised with."""
         if self.database_url is not None:
             return self.database_url
+        if self.database_url_file is not None:
+            return self.database_url_file.expanduser().read_text().strip()
         return database_url(self.bind_host, self.postgres_port, stored_password(self.state_dir / "postgres"))
 
     def metrics_url(self) -> str:

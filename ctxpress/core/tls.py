@@ -72,8 +72,9 @@ def ensure_tls_files(settings: Settings) -> TlsFiles:
     return files
 
 
-def generate(root: Path, names: list[str]) -> None:
-    """A private CA (its key stays in ``root``) and a server certificate for ``names``."""
+def generate(root: Path, names: list[str], *, client_auth: bool = False) -> None:
+    """A private CA (its key stays in ``root``) and a server certificate for ``names``; with ``client_auth`` also
+    for the TLS client side (a NATS node routing to the others presents it)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -107,7 +108,9 @@ def generate(root: Path, names: list[str]) -> None:
             .not_valid_after(now + datetime.timedelta(days=SERVER_DAYS))
             .add_extension(x509.SubjectAlternativeName(alt), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  *([ExtendedKeyUsageOID.CLIENT_AUTH] if client_auth else [])]),
+                           critical=False)
             .sign(ca_key, hashes.SHA256()))
     pem = serialization.Encoding.PEM
     private = (serialization.PrivateFormat.PKCS8, serialization.NoEncryption())

@@ -9,8 +9,15 @@ from pathlib import Path
 
 from ctxpress import team
 from ctxpress.core import identity
+from ctxpress.core.settings import Settings
 from ctxpress.parts.base import Part
 from ctxpress.parts.probes import http_ok, port_open
+
+
+def max_payload(settings: Settings) -> int:
+    """Well above the worker's own request limit, so an oversized request (an editor's huge file) reaches the worker
+    and gets a structured error rather than a refusal from NATS."""
+    return max(2 * settings.max_request_bytes, 8 << 20)
 
 
 class NatsPart(Part):
@@ -27,9 +34,7 @@ class NatsPart(Part):
         s = self.settings
         config = s.state_dir / "nats" / "nats-server.conf"
         config.parent.mkdir(parents=True, exist_ok=True)
-        # A config file because max_payload has no command-line flag; well above the worker's own
-        # request limit so an oversized request (an editor's huge file) reaches the worker and gets a
-        # structured error rather than a refusal from NATS.
+        # A config file because max_payload has no command-line flag.
         # Team mode: the users and their permissions, a file of its own that `ctxpress users` rewrites
         # (nats-server resolves the include next to this file).
         users = f'include "{team.ensure_authorization_file(s).name}"\n' if identity.team_mode(s) else ""
@@ -44,7 +49,7 @@ class NatsPart(Part):
             f'server_name: "ctxpress"\n'
             f'listen: "{s.nats_bind_host or s.bind_host}:{s.nats_port}"\n'
             f'http: "{identity.monitor_host(s)}:{s.nats_monitor_port}"\n'
-            f"max_payload: {max(2 * s.max_request_bytes, 8 << 20)}\n"
+            f"max_payload: {max_payload(s)}\n"
             f'jetstream {{ store_dir: "{s.state_dir / "nats"}" }}\n'
             f"{users}{tls}"
         )

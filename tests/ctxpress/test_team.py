@@ -106,7 +106,7 @@ def test_generated_authorization_gives_each_credential_only_its_subjects(tmp_pat
                    team.TeamUser("ci", alice_hash, identity.USER_KIND_HOOKS),
                    team.TeamUser("hooks", alice_hash, identity.USER_KIND_HOOKS)], services))
     # a user named like a service never shadows it; the unscoped "hooks" credential is gone
-    assert sorted(users) == ["alice", "ci", "indexer", "worker"]
+    assert sorted(users) == ["alice", "ci", "gateway", "indexer", "worker"]
     assert users["alice"]["password"] == alice_hash and alice_hash.startswith("$2a$")
     for name in identity.SERVICE_USERS:  # plain passwords never reach the config
         hashed = users[name]["password"]
@@ -123,9 +123,32 @@ def test_generated_authorization_gives_each_credential_only_its_subjects(tmp_pat
     assert not any(s.startswith(("ctxpress.v1.u.", "$JS.")) for s in worker["publish"]["allow"])  # no JetStream
     assert not any(s.endswith((".file_saved", ".index_git", ".>")) for s in worker["subscribe"]["allow"]
                    if s.startswith("ctxpress.v1.u."))
+    # a shard's worker serves what the gateway forwards, the user in the subject
+    assert {f"ctxpress.v1.s.*.u.*.{kind}" for kind in ("complete", "file_opened", "feedback", "cancel")} <= \
+        set(worker["subscribe"]["allow"])
     indexer = users["indexer"]["permissions"]
-    assert indexer["publish"] == {"allow": ["$JS.API.>", "$JS.ACK.>", "ctxpress.v1.index.dead"]}
+    # its own stream and consumer, no wildcard over the JetStream API
+    dead = f"{settings.index_stream}_DEAD"
+    for subject in indexer["publish"]["allow"]:
+        if subject.startswith("$JS."):
+            tokens = subject.split(".")
+            named = tokens.index(settings.index_stream) if settings.index_stream in tokens else tokens.index(dead)
+            assert "*" not in tokens[:named + 2] and ">" not in tokens[:named + 2], subject
+    assert f"$JS.API.CONSUMER.MSG.NEXT.{settings.index_stream}.{settings.index_consumer}" in \
+        indexer["publish"]["allow"]
+    assert "ctxpress.v1.index.dead" in indexer["publish"]["allow"]
     assert indexer["subscribe"] == {"allow": [settings.index_status_subject, "_INBOX.indexer.>"]}
+    # the gateway: reads every user's completion subjects, publishes only to the shards' forwarded subjects
+    gateway = users["gateway"]["permissions"]
+    assert {f"ctxpress.v1.u.*.{kind}" for kind in ("complete", "file_opened", "feedback", "cancel")} <= \
+        set(gateway["subscribe"]["allow"])
+    assert all(s.startswith(("ctxpress.v1.s.", f"{settings.completion_subject}.", "ctxpress.v1.file_opened."))
+               for s in gateway["publish"]["allow"])
+    # nobody else may publish where a shard trusts the user in the subject
+    for name, entry in users.items():
+        if name != "gateway":
+            assert not any(s.startswith(("ctxpress.v1.s.", "ctxpress.v1.>", ">"))
+                           for s in entry["permissions"]["publish"]["allow"]), name
 
 
 def test_nats_config_includes_the_users_in_team_mode_only(tmp_path: Path) -> None:
@@ -218,6 +241,47 @@ async def test_the_completion_worker_cannot_touch_the_index_nor_the_indexer_the_
     await indexer_conn.client.flush()
     await asyncio.sleep(0.3)
     assert any("permissions violation" in e and "complete" in e for e in indexer_conn.errors), indexer_conn.errors
+
+
+async def test_the_indexer_may_use_its_own_stream_and_consumer_and_nothing_else_of_jetstream(
+        settings: Settings, indexer_conn: Connection) -> None:
+    from indexer.stream import ensure_stream
+
+    js = indexer_conn.client.jetstream(timeout=2)
+    await ensure_stream(js, settings)  # what the index worker does when it starts
+    sub = await js.pull_subscribe_bind(settings.index_consumer, settings.index_stream)
+    assert await sub.consumer_info()
+    for forbidden in (js.delete_stream(settings.index_stream), js.purge_stream(settings.index_stream),
+                      js.streams_info(), js.add_stream(name="ELSEWHERE", subjects=["elsewhere.>"])):
+        with pytest.raises(nats.errors.TimeoutError):  # the server drops a request the indexer may not make
+            await forbidden
+    assert sum("permissions violation" in e for e in indexer_conn.errors) >= 4, indexer_conn.errors
+    assert (await js.stream_info(settings.index_stream)).config.name == settings.index_stream  # still there
+
+
+async def test_only_the_gateway_may_publish_where_a_shard_trusts_the_user_in_the_subject(
+        settings: Settings, alice: identity.NatsCredentials) -> None:
+    forwarded = identity.shard_user_subject(0, "bob", "complete")
+    gateway = await connect(settings.effective_nats_url(),
+                            **identity.service_connect_options(settings, identity.GATEWAY_USER))
+    worker = await connect(settings.effective_nats_url(), **identity.service_connect_options(settings))
+    developer = await connect(alice.nats_url, **alice.connect_options())
+    try:
+        received = await worker.client.subscribe(identity.shard_user_subject(0, "*", "complete"))
+        await worker.client.flush()
+        await developer.client.publish(forwarded, b"{}")  # alice posing as bob on shard 0
+        await developer.client.flush()
+        await gateway.client.publish(forwarded, b"from the gateway")
+        await gateway.client.flush()
+        msg = await received.next_msg(timeout=3)
+        assert msg.data == b"from the gateway"
+        with pytest.raises(nats.errors.TimeoutError):
+            await received.next_msg(timeout=0.5)
+        assert any("permissions violation" in e for e in developer.errors), developer.errors
+        assert identity.subject_user(msg.subject) == "bob"
+    finally:
+        for conn in (gateway, worker, developer):
+            await conn.client.close()
 
 
 async def test_an_unauthenticated_client_cannot_connect(settings: Settings, alice: identity.NatsCredentials) -> None:

@@ -237,6 +237,7 @@ class CompletionService:
             timings=Timings(context_ms=context_ms, queue_ms=queue_ms, prompt_ms=first,
                             decode_ms=max(result.total_ms - first, 0.0), total_ms=total_ms),
             context=report,
+            shard=self.settings.shard,
             completion_tokens=result.figures.get(inference.CTX_COMPLETION_TOKENS),
             draft_tokens_proposed=result.figures.get(inference.CTX_DRAFT_PROPOSED),
             draft_tokens_accepted=result.figures.get(inference.CTX_DRAFT_ACCEPTED),

@@ -20,7 +20,13 @@ from nats.aio.subscription import Subscription
 from prometheus_client import start_http_server
 
 from ctxpress.core import nats_connect
-from ctxpress.core.identity import service_connect_options, subject_user, team_mode, user_subject
+from ctxpress.core.identity import (
+    service_connect_options,
+    shard_user_subject,
+    subject_user,
+    team_mode,
+    user_subject,
+)
 from ctxpress.core.settings import Settings
 from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
 from indexer.embeddings import AsyncTritonEmbedder
@@ -129,12 +135,16 @@ async def _subscribe(nc: Client, settings: Settings, service: CompletionService,
     ]
     # Team mode: the same handlers on every user's subjects (ctxpress.v1.u.*.<kind>), each request checked against
     # the grants of the user in its subject. On the subjects above requests carry no user and get `forbidden`.
+    # A shard serves what the gateway forwards to it (ctxpress.v1.s.<shard>.u.*.<kind>), the user in the subject.
     if team:
+        def subject(kind: str) -> str:
+            return user_subject("*", kind) if settings.shard is None else shard_user_subject(settings.shard, "*", kind)
+
         handlers: tuple[tuple[str, _Handler], ...] = (
             ("complete", on_message), ("feedback", on_feedback), ("file_opened", on_file_opened))
         for kind, cb in handlers:
-            subscriptions.append((await nc.subscribe(user_subject("*", kind), queue=queue, cb=cb), True))
-        subscriptions.append((await nc.subscribe(user_subject("*", "cancel"), cb=on_cancel), True))
+            subscriptions.append((await nc.subscribe(subject(kind), queue=queue, cb=cb), True))
+        subscriptions.append((await nc.subscribe(subject("cancel"), cb=on_cancel), True))
     return subscriptions
 
 

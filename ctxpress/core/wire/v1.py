@@ -210,6 +210,7 @@ class CompletionResponse(BaseModel):
     content_hash: str
     timings: Timings
     context: ContextReport
+    shard: int | None = None  # behind the gateway: the shard that answered (its engine holds the file's cache)
     completion_tokens: int | None = None
     draft_tokens_proposed: int | None = None
     draft_tokens_accepted: int | None = None

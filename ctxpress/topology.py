@@ -1,0 +1,288 @@
+"""The team topology of ``infra/`` as processes on one machine: a three-node NATS cluster with TLS and users,
+PostgreSQL with a role per service, one engine per completion shard, the shards' workers, the gateway and the
+index worker, each started as its container is (the same command, its own credentials and role, files from
+``ctxpress deploy setup``).
+
+What the compose and Kubernetes files describe, run where containers cannot be: the topology test and the
+``team`` benchmark scenario start it, kill parts of it with SIGKILL and measure what a team sees.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ctxpress import deployment
+from ctxpress.core import identity
+from ctxpress.core.settings import Settings
+
+PYTHON = sys.executable
+START_TIMEOUT_S = 600.0  # an engine loads its model on two busy cores
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free ports (all sockets held until every port is chosen)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class Process:
+    """One service: its command, its environment, its log, and how to tell it is ready."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    ready: Callable[[Process], bool]
+    popen: subprocess.Popen[bytes] | None = None
+    log_offset: int = 0  # where this run's lines begin in the log
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:
+            self.popen = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.ready(self):
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited while starting; see {self.log}:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} not ready after {timeout_s:.0f} s; see {self.log}:\n{self.tail()}")
+            time.sleep(0.2)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            os.killpg(self.popen.pid, sig)
+            self.popen.wait(30)
+
+    def stop(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class LocalTopology:
+    """``root``: where everything lives; ``model``: the GGUF every engine loads."""
+
+    root: Path
+    model: Path
+    shards: int = 2
+    nodes_count: int = 3
+    report: Callable[[str], None] = print
+    processes: dict[str, Process] = field(default_factory=dict)
+    nodes: list[deployment.NatsNode] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.home = self.root / "team"  # the admin's state directory: the files the containers mount
+        self.postgres = None
+
+    # --- the admin's side ------------------------------------------------------------------------------
+
+    def admin_settings(self) -> Settings:
+        return deployment.team_settings(Settings(home=self.home, database_url_file=self.home / "database" /
+                                                 "admin.url"), self.nodes)
+
+    def admin_env(self) -> dict[str, str]:
+        s = self.admin_settings()
+        return {**self._base_env(), "CTXPRESS_HOME": str(self.home), "CTXPRESS_TEAM": "true",
+                "CTXPRESS_NATS_URL": str(s.nats_url), "CTXPRESS_NATS_TLS_CA": str(s.nats_tls_ca),
+                "CTXPRESS_DATABASE_URL_FILE": str(self.home / "database" / "admin.url")}
+
+    def ctxpress(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """The CLI as the team's admin runs it (``docker compose run --rm admin ctxpress …``)."""
+        return subprocess.run([PYTHON, "-m", "ctxpress.cli", *args], env=env or self.admin_env(),
+                              capture_output=True, text=True, timeout=300)
+
+    def add_user(self, name: str, repositories: list[str], kind: str = "add") -> identity.NatsCredentials:
+        """``ctxpress users add|hooks``, then every node reloads its authorization block (SIGHUP)."""
+        out = self.root / "users" / f"{name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        result = self.ctxpress("users", kind, name, "--repos", ",".join(repositories), "--out", str(out))
+        if result.returncode != 0:
+            raise RuntimeError(f"ctxpress users {kind} {name}: {result.stderr}")
+        self.reload_nats()
+        return identity.load_credentials(out)
+
+    def reload_nats(self) -> None:
+        for node in self.nodes:
+            process = self.processes[node.name]
+            if process.alive():
+                before = self._config_load_time(node)
+                os.kill(process.popen.pid, signal.SIGHUP)  # type: ignore[union-attr]
+                deadline = time.monotonic() + 10
+                while self._config_load_time(node) == before and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+    @staticmethod
+    def _config_load_time(node: deployment.NatsNode) -> str | None:
+        import json
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{node.monitor_port}/varz", timeout=2) as response:
+                return str(json.loads(response.read()).get("config_load_time"))
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    # --- the services ----------------------------------------------------------------------------------
+
+    def _base_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPRESS_")}
+        return {**env, "PYTHONUNBUFFERED": "1"}
+
+    def service_env(self, name: str, user: str, database: str | None, **extra: str) -> dict[str, str]:
+        """A container's environment: a home of its own, the kit's files for its credentials and role."""
+        s = self.admin_settings()
+        env = {**self._base_env(), "CTXPRESS_HOME": str(self.root / "services" / name), "CTXPRESS_TEAM": "true",
+               "CTXPRESS_NATS_URL": str(s.nats_url), "CTXPRESS_NATS_TLS_CA": str(s.nats_tls_ca),
+               "CTXPRESS_NATS_CREDENTIALS": str(identity.service_credentials_path(s, user)),
+               "CTXPRESS_MODEL_PATH": str(self.model), "CTXPRESS_SHARDS": str(self.shards),
+               "CTXPRESS_INDEX_STREAM_REPLICAS": str(min(3, self.nodes_count)),
+               "CTXPRESS_WORKER_METRICS_PORT": "0", "CTXPRESS_N_CTX": "2048",
+               "CTXPRESS_RETRIEVAL_TIMEOUT_MS": "3000", **extra}
+        if database is not None:
+            env["CTXPRESS_DATABASE_URL_FILE"] = str(deployment.database_url_path(s, database))
+        return env
+
+    def _add(self, process: Process) -> Process:
+        self.processes[process.name] = process
+        return process
+
+    def start(self) -> None:
+        from db.embedded import EmbeddedPostgres
+
+        started = time.monotonic()
+        ports = iter(free_ports(3 * self.nodes_count + 1 + 3 * self.shards))
+        self.nodes = [deployment.NatsNode(f"nats-{i + 1}", "127.0.0.1", next(ports), next(ports), next(ports))
+                      for i in range(self.nodes_count)]
+        self.report(f"topology: PostgreSQL, {self.nodes_count} NATS nodes, {self.shards} shards under {self.root}")
+        self.postgres = EmbeddedPostgres(self.root / "postgres", "127.0.0.1", next(ports))
+        self.postgres.start(timeout_s=120)
+        superuser = self.postgres.url()
+        deployment.setup(Settings(home=self.home), self.nodes, listen_host="127.0.0.1")
+        deployment.roles(Settings(home=self.home, database_url=superuser))
+        for node in self.nodes:
+            monitor = f"http://127.0.0.1:{node.monitor_port}/healthz?js-enabled-only=true"
+            self._add(Process(node.name, [str(Path(PYTHON).parent / "nats-server"), "-c",
+                                          str(self.home / "nats" / f"{node.name}.conf")],
+                              self._base_env(), self.root / "logs" / f"{node.name}.log",
+                              lambda _, url=monitor: _http_ok(url))).start()
+        for node in self.nodes:
+            self.processes[node.name].wait_ready(60)
+        for shard in range(self.shards):
+            http, grpc, metrics = next(ports), next(ports), next(ports)
+            env = {**self._base_env(), "CTXPRESS_HOME": str(self.root / "services" / f"engine-{shard}"),
+                   "CTXPRESS_MODEL_PATH": str(self.model), "CTXPRESS_N_CTX": "2048",
+                   "CTXPRESS_TRITON_HTTP_PORT": str(http), "CTXPRESS_TRITON_GRPC_PORT": str(grpc),
+                   "CTXPRESS_TRITON_METRICS_PORT": str(metrics)}
+            self._add(Process(f"engine-{shard}", [PYTHON, "-m", "serving.triton_server"], env,
+                              self.root / "logs" / f"engine-{shard}.log",
+                              lambda _, port=http: _engine_ready(port))).start()
+        for shard in range(self.shards):
+            self.processes[f"engine-{shard}"].wait_ready(START_TIMEOUT_S)
+        self.report(f"  NATS, PostgreSQL and {self.shards} engines ready after {time.monotonic() - started:.0f} s")
+        for shard in range(self.shards):
+            self._add(Process(f"completion-worker-{shard}", [PYTHON, "-m", "workers.completion"],
+                              self.service_env(f"completion-worker-{shard}", identity.WORKER_USER, "completion",
+                                               CTXPRESS_SHARD=str(shard),
+                                               CTXPRESS_TRITON_URL=self.engine_url(shard)),
+                              self.root / "logs" / f"completion-worker-{shard}.log",
+                              _logged("completion worker listening"))).start()
+        self._add(Process("index-worker", [PYTHON, "-m", "workers.index_worker"],
+                          self.service_env("index-worker", identity.INDEXER_USER, "indexer",
+                                           CTXPRESS_TRITON_URL=self.engine_url(0)),
+                          self.root / "logs" / "index-worker.log", _logged("index worker on stream"))).start()
+        self._add(Process("gateway", [PYTHON, "-m", "workers.gateway"],
+                          self.service_env("gateway", identity.GATEWAY_USER, None),
+                          self.root / "logs" / "gateway.log", _logged("gateway: "))).start()
+        for name in ("gateway", "index-worker", *(f"completion-worker-{s}" for s in range(self.shards))):
+            self.processes[name].wait_ready(START_TIMEOUT_S)
+        self.report(f"  services ready after {time.monotonic() - started:.0f} s")
+
+    def engine_url(self, shard: int) -> str:
+        return f"127.0.0.1:{self.processes[f'engine-{shard}'].env['CTXPRESS_TRITON_GRPC_PORT']}"
+
+    def restart(self, name: str) -> None:
+        process = self.processes[name]
+        process.stop()
+        process.start()
+
+    def stop(self) -> None:
+        order = ["gateway", *(f"completion-worker-{s}" for s in range(self.shards)), "index-worker",
+                 *(f"engine-{s}" for s in range(self.shards)), *(n.name for n in self.nodes)]
+        for name in order:
+            if name in self.processes:
+                self.processes[name].stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+
+    def __enter__(self) -> LocalTopology:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _logged(needle: str) -> Callable[[Process], bool]:
+    """Ready once this run of the process has logged ``needle`` (a worker's "listening" line)."""
+    def ready(process: Process) -> bool:
+        try:
+            with process.log.open("rb") as log:
+                log.seek(process.log_offset)
+                return needle.encode() in log.read()
+        except OSError:
+            return False
+    return ready
+
+
+def _engine_ready(http_port: int) -> bool:
+    from ctxpress.core import inference
+
+    base = f"http://127.0.0.1:{http_port}"
+    models = (inference.COMPLETION_MODEL, inference.EMBEDDING_MODEL)
+    return _http_ok(f"{base}/v2/health/ready") and all(_http_ok(f"{base}/v2/models/{m}/ready") for m in models)
