@@ -83,8 +83,9 @@ def node_config(node: NatsNode, nodes: list[NatsNode], *, listen_host: str, root
     tls = {"cert_file": str(root / "tls" / "server.pem"), "key_file": str(root / "tls" / "server-key.pem"),
            "ca_file": str(root / "tls" / "ca.pem")}
     routes = [f"tls://{other.host}:{other.cluster_port}" for other in nodes if other.name != node.name]
+    # no_advertise: clients keep the URLs they were given (the cluster's internal names mean nothing outside it)
     cluster = {"name": "ctxpress", "listen": f"{listen_host}:{node.cluster_port}", "routes": routes,
-               "tls": {**tls, "verify": True, "timeout": 5}}
+               "no_advertise": True, "tls": {**tls, "verify": True, "timeout": 5}}
     return (f"# Written by `ctxpress deploy setup`; rerun it rather than editing.\n"
             f"server_name: {json.dumps(node.name)}\n"
             f"listen: {json.dumps(f'{listen_host}:{node.client_port}')}\n"

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxpress import deployment
+from ctxpress import topology_spec as spec
 from ctxpress.core import identity
 from ctxpress.core.settings import Settings
 
@@ -107,8 +109,6 @@ class LocalTopology:
 
     root: Path
     model: Path
-    shards: int = 2
-    nodes_count: int = 3
     report: Callable[[str], None] = print
     processes: dict[str, Process] = field(default_factory=dict)
     nodes: list[deployment.NatsNode] = field(default_factory=list)
@@ -170,18 +170,24 @@ class LocalTopology:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPRESS_")}
         return {**env, "PYTHONUNBUFFERED": "1"}
 
-    def service_env(self, name: str, user: str, database: str | None, **extra: str) -> dict[str, str]:
-        """A container's environment: a home of its own, the kit's files for its credentials and role."""
+    def service_env(self, service: spec.Service, **extra: str) -> dict[str, str]:
+        """A container's environment: a home of its own, the deployment's files it mounts for its credentials and
+        role (``topology_spec``), the engine of its shard."""
         s = self.admin_settings()
-        env = {**self._base_env(), "CTXPRESS_HOME": str(self.root / "services" / name), "CTXPRESS_TEAM": "true",
+        env = {**self._base_env(), "CTXPRESS_HOME": str(self.root / "services" / service.name), "CTXPRESS_TEAM": "true",
                "CTXPRESS_NATS_URL": str(s.nats_url), "CTXPRESS_NATS_TLS_CA": str(s.nats_tls_ca),
-               "CTXPRESS_NATS_CREDENTIALS": str(identity.service_credentials_path(s, user)),
-               "CTXPRESS_MODEL_PATH": str(self.model), "CTXPRESS_SHARDS": str(self.shards),
-               "CTXPRESS_INDEX_STREAM_REPLICAS": str(min(3, self.nodes_count)),
+               "CTXPRESS_MODEL_PATH": str(self.model), "CTXPRESS_SHARDS": str(len(spec.completion_workers())),
+               "CTXPRESS_INDEX_STREAM_REPLICAS": str(min(3, len(self.nodes))),
                "CTXPRESS_WORKER_METRICS_PORT": "0", "CTXPRESS_N_CTX": "2048",
                "CTXPRESS_RETRIEVAL_TIMEOUT_MS": "3000", **extra}
-        if database is not None:
-            env["CTXPRESS_DATABASE_URL_FILE"] = str(deployment.database_url_path(s, database))
+        if service.nats_credentials is not None:
+            env["CTXPRESS_NATS_CREDENTIALS"] = str(self.home / service.nats_credentials)
+        if service.database_url is not None:
+            env["CTXPRESS_DATABASE_URL_FILE"] = str(self.home / service.database_url)
+        if service.shard is not None:
+            env["CTXPRESS_SHARD"] = str(service.shard)
+        if service.engine is not None:
+            env["CTXPRESS_TRITON_URL"] = self.engine_url(service.engine)
         return env
 
     def _add(self, process: Process) -> Process:
@@ -189,58 +195,58 @@ class LocalTopology:
         return process
 
     def start(self) -> None:
+        """Everything ``topology_spec`` lists but what a container image brings (Prometheus, Grafana) and what is
+        started only when asked for (the bridge, the admin's one-shot): PostgreSQL, the NATS nodes, one engine per
+        shard (the CPU engine standing in for Triton with TensorRT-LLM), the gateway, the workers."""
         from db.embedded import EmbeddedPostgres
 
         started = time.monotonic()
-        ports = iter(free_ports(3 * self.nodes_count + 1 + 3 * self.shards))
-        self.nodes = [deployment.NatsNode(f"nats-{i + 1}", "127.0.0.1", next(ports), next(ports), next(ports))
-                      for i in range(self.nodes_count)]
-        self.report(f"topology: PostgreSQL, {self.nodes_count} NATS nodes, {self.shards} shards under {self.root}")
+        engines = [s for s in spec.SERVICES if s.name.startswith("triton-")]
+        nats_nodes = spec.nats_nodes()
+        ports = iter(free_ports(3 * len(nats_nodes) + 1 + 3 * len(engines)))
+        self.nodes = [deployment.NatsNode(node.name, "127.0.0.1", next(ports), next(ports), next(ports))
+                      for node in nats_nodes]
+        self.report(f"topology: PostgreSQL, {len(self.nodes)} NATS nodes, {len(engines)} shards under {self.root}")
         self.postgres = EmbeddedPostgres(self.root / "postgres", "127.0.0.1", next(ports))
         self.postgres.start(timeout_s=120)
-        superuser = self.postgres.url()
         deployment.setup(Settings(home=self.home), self.nodes, listen_host="127.0.0.1")
-        deployment.roles(Settings(home=self.home, database_url=superuser))
-        for node in self.nodes:
+        deployment.roles(Settings(home=self.home, database_url=self.postgres.url()))
+        for node, service in zip(self.nodes, nats_nodes, strict=True):
+            argv = service.argv(home=str(self.home))
             monitor = f"http://127.0.0.1:{node.monitor_port}/healthz?js-enabled-only=true"
-            self._add(Process(node.name, [str(Path(PYTHON).parent / "nats-server"), "-c",
-                                          str(self.home / "nats" / f"{node.name}.conf")],
-                              self._base_env(), self.root / "logs" / f"{node.name}.log",
-                              lambda _, url=monitor: _http_ok(url))).start()
+            self._add(Process(node.name, [str(Path(PYTHON).parent / argv[0]), *argv[1:]], self._base_env(),
+                              self.root / "logs" / f"{node.name}.log", lambda _, url=monitor: _http_ok(url))).start()
         for node in self.nodes:
             self.processes[node.name].wait_ready(60)
-        for shard in range(self.shards):
+        for engine in engines:
             http, grpc, metrics = next(ports), next(ports), next(ports)
-            env = {**self._base_env(), "CTXPRESS_HOME": str(self.root / "services" / f"engine-{shard}"),
+            env = {**self._base_env(), "CTXPRESS_HOME": str(self.root / "services" / engine.name),
                    "CTXPRESS_MODEL_PATH": str(self.model), "CTXPRESS_N_CTX": "2048",
                    "CTXPRESS_TRITON_HTTP_PORT": str(http), "CTXPRESS_TRITON_GRPC_PORT": str(grpc),
                    "CTXPRESS_TRITON_METRICS_PORT": str(metrics)}
-            self._add(Process(f"engine-{shard}", [PYTHON, "-m", "serving.triton_server"], env,
-                              self.root / "logs" / f"engine-{shard}.log",
+            self._add(Process(engine.name, [PYTHON, "-m", "serving.triton_server"], env,
+                              self.root / "logs" / f"{engine.name}.log",
                               lambda _, port=http: _engine_ready(port))).start()
-        for shard in range(self.shards):
-            self.processes[f"engine-{shard}"].wait_ready(START_TIMEOUT_S)
-        self.report(f"  NATS, PostgreSQL and {self.shards} engines ready after {time.monotonic() - started:.0f} s")
-        for shard in range(self.shards):
-            self._add(Process(f"completion-worker-{shard}", [PYTHON, "-m", "workers.completion"],
-                              self.service_env(f"completion-worker-{shard}", identity.WORKER_USER, "completion",
-                                               CTXPRESS_SHARD=str(shard),
-                                               CTXPRESS_TRITON_URL=self.engine_url(shard)),
-                              self.root / "logs" / f"completion-worker-{shard}.log",
-                              _logged("completion worker listening"))).start()
-        self._add(Process("index-worker", [PYTHON, "-m", "workers.index_worker"],
-                          self.service_env("index-worker", identity.INDEXER_USER, "indexer",
-                                           CTXPRESS_TRITON_URL=self.engine_url(0)),
-                          self.root / "logs" / "index-worker.log", _logged("index worker on stream"))).start()
-        self._add(Process("gateway", [PYTHON, "-m", "workers.gateway"],
-                          self.service_env("gateway", identity.GATEWAY_USER, None),
-                          self.root / "logs" / "gateway.log", _logged("gateway: "))).start()
-        for name in ("gateway", "index-worker", *(f"completion-worker-{s}" for s in range(self.shards))):
-            self.processes[name].wait_ready(START_TIMEOUT_S)
+        for engine in engines:
+            self.processes[engine.name].wait_ready(START_TIMEOUT_S)
+        self.report(f"  NATS, PostgreSQL and {len(engines)} engines ready after {time.monotonic() - started:.0f} s")
+        ready_line = {"gateway": "gateway: ", "worker": "index worker on stream"}
+        services = [s for s in spec.SERVICES if s.command[:1] == ("ctxpress",) and s.profile is None]
+        for service in services:
+            needle = "completion worker listening" if service.shard is not None else ready_line[service.command[1]]
+            self._add(Process(service.name, [PYTHON, "-m", "ctxpress.cli", *service.command[1:]],
+                              self.service_env(service), self.root / "logs" / f"{service.name}.log",
+                              _logged(needle))).start()
+        for service in services:
+            self.processes[service.name].wait_ready(START_TIMEOUT_S)
         self.report(f"  services ready after {time.monotonic() - started:.0f} s")
 
-    def engine_url(self, shard: int) -> str:
-        return f"127.0.0.1:{self.processes[f'engine-{shard}'].env['CTXPRESS_TRITON_GRPC_PORT']}"
+    @property
+    def shards(self) -> int:
+        return len(spec.completion_workers())
+
+    def engine_url(self, engine: str) -> str:
+        return f"127.0.0.1:{self.processes[engine].env['CTXPRESS_TRITON_GRPC_PORT']}"
 
     def restart(self, name: str) -> None:
         process = self.processes[name]
@@ -248,15 +254,15 @@ class LocalTopology:
         process.start()
 
     def stop(self) -> None:
-        order = ["gateway", *(f"completion-worker-{s}" for s in range(self.shards)), "index-worker",
-                 *(f"engine-{s}" for s in range(self.shards)), *(n.name for n in self.nodes)]
-        for name in order:
-            if name in self.processes:
-                self.processes[name].stop()
+        for process in reversed(self.processes.values()):  # the services, then the engines, then NATS
+            process.stop()
         if self.postgres is not None:
             self.postgres.stop()
 
     def __enter__(self) -> LocalTopology:
+        if threading.current_thread() is threading.main_thread():
+            # its processes live in sessions of their own: a SIGTERM must unwind through __exit__ to stop them
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         try:
             self.start()
         except BaseException:

@@ -80,6 +80,19 @@ def route(data: bytes, shards: int, exclude: frozenset[int] = frozenset()) -> in
     return shard_for(head.repository, head.path, shards, exclude)
 
 
+_UNAVAILABLE = f'"code":"{ErrorCode.INFERENCE_UNAVAILABLE.value}"'.encode()
+
+
+def engine_unavailable(payload: bytes) -> bool:
+    """A shard's error reply saying its engine cannot be reached (a short reply: no completion to parse)."""
+    if len(payload) > 4096 or not payload.startswith(b'{"error"') or _UNAVAILABLE not in payload:
+        return False
+    try:
+        return bool(json.loads(payload)["error"]["code"] == ErrorCode.INFERENCE_UNAVAILABLE.value)
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
 def error_payload(code: ErrorCode, message: str) -> bytes:
     return ErrorResponse(error=ErrorBody(code=code, message=message)).model_dump_json().encode()
 
@@ -100,20 +113,28 @@ class Gateway:
             self.served.popitem(last=False)
 
     async def relay(self, data: bytes, subject_of: Callable[[int], str], shard: int) -> tuple[bytes, int]:
-        """The reply of ``shard`` (or, if no worker is subscribed there, of the shard the file would have without
-        it, once: rendezvous hashing moves only the dead shard's files; nothing to forget when it comes back)."""
+        """The reply of ``shard`` or, if it is down (no worker subscribed there, or its worker cannot reach its
+        engine), of the shard the file would have without it, once: rendezvous hashing moves only the dead shard's
+        files, and there is nothing to forget when it comes back."""
+        payload: bytes | None = None
         for attempt in range(2):
             try:
                 reply = await self.nc.request(subject_of(shard), data, timeout=self.settings.triton_timeout_s + 10)
-                return reply.data, shard
+                payload = reply.data
+                if not engine_unavailable(payload):
+                    return payload, shard
+                why = "cannot reach its engine"
             except NoRespondersError:
-                retry = route(data, self.shards, frozenset({shard}))
-                if attempt == 1 or retry == shard:
-                    break
-                log.warning("shard %d has no worker: retrying on shard %d", shard, retry)
-                shard = retry
+                why = "has no worker"
             except TimeoutError:
                 break  # a slow shard is not a dead one: retrying would only double the work
+            retry = route(data, self.shards, frozenset({shard}))
+            if attempt == 1 or retry == shard:
+                break
+            log.warning("shard %d %s: retrying on shard %d", shard, why, retry)
+            shard = retry
+        if payload is not None:
+            return payload, shard
         return error_payload(ErrorCode.INFERENCE_UNAVAILABLE, f"shard {shard} did not answer"), shard
 
     async def single_user(self, msg: Msg, base: str) -> bytes:

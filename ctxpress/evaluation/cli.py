@@ -195,6 +195,23 @@ async def _bridge_typing(typing_file: Path | None, cfg: Any) -> dict[str, Any]:
     return {**summarise(samples), **bridge_overhead(samples)}
 
 
+def _shards(settings: Settings) -> int:
+    from ctxpress.evaluation.bench import third_party_root
+    from ctxpress.evaluation.shards_bench import report_lines, run_shards_bench
+    from serving.weights import TARGET, ensure_model
+
+    model = settings.model_path or ensure_model(TARGET, settings.models_dir)
+    try:
+        figures = run_shards_bench(model, third_party_root(), report=lambda line: print(line, file=sys.stderr))
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in report_lines(figures):
+        print(line)
+    print(json.dumps({"shards": figures}))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.core.features import parse_list
     from ctxpress.evaluation.bench import BenchConfig, run_bench
@@ -219,6 +236,11 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
                       typing_pauses=args.typing_pauses, features=features, kv_pool_slots=settings.kv_pool_slots,
                       jump_layouts=layouts)
     scenarios = args.scenario or list(DEFAULT_SCENARIOS)
+    if "shards" in scenarios:
+        if scenarios != ["shards"]:
+            print("error: --scenario shards runs alone (it starts a topology of its own)", file=sys.stderr)
+            return 2
+        return _shards(settings)
     if "load" in scenarios:
         if scenarios != ["load"]:
             print("error: --scenario load runs alone (it measures the appliance's memory)", file=sys.stderr)

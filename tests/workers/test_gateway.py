@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from workers.gateway import route
+from ctxpress.core.errors import ErrorCode
+from workers.gateway import engine_unavailable, error_payload, read_head, route
 from workers.sharding import shard_for
 
 pytestmark = pytest.mark.services
@@ -31,6 +32,22 @@ def test_route_reads_repository_and_path_only() -> None:
     data = json.dumps({"repository": "r", "path": "a/b.py", "text": "x" * 10}).encode()
     assert route(data, 4) == shard_for("r", "a/b.py", 4)
     assert route(b"{not json", 4) == 0  # shard 0's worker answers with the structured error
+
+
+def test_the_head_of_a_request_is_read_without_trusting_it() -> None:
+    head = read_head(json.dumps({"repository": "r", "path": "a.py", "request_id": "q1"}).encode())
+    assert (head.repository, head.path, head.request_id) == ("r", "a.py", "q1")
+    assert read_head(json.dumps({"completion_id": "c1", "action": "shown"}).encode()).request_id == "c1"
+    for data in (b"[1, 2]", b'"text"', b"{", b"[" * 100_000, json.dumps({"path": 3, "request_id": "x" * 200}).encode()):
+        head = read_head(data)
+        assert head.path is None and head.request_id is None, data[:20]
+
+
+def test_only_an_unreachable_engine_sends_a_request_to_another_shard() -> None:
+    assert engine_unavailable(error_payload(ErrorCode.INFERENCE_UNAVAILABLE, "Triton at x is unavailable"))
+    for code in (ErrorCode.INFERENCE_TIMEOUT, ErrorCode.FORBIDDEN, ErrorCode.CURSOR_OUT_OF_RANGE):
+        assert not engine_unavailable(error_payload(code, "inference_unavailable"))  # a message is not a code
+    assert not engine_unavailable(b'{"id": "1", "completion": "\"code\":\"inference_unavailable\""}')
 
 
 def test_a_dead_shard_moves_only_its_own_files() -> None:
