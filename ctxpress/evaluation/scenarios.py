@@ -1,7 +1,8 @@
 """The names of ``ctxpress bench``'s scenarios (what each does: ``ctxpress.evaluation.bench``), apart
 so that the command line lists them without importing the benchmark."""
 
-SCENARIOS = ("short", "long", "file_switch", "concurrency", "typing", "team", "reopen", "jump", "load")
+SCENARIOS = ("short", "long", "file_switch", "concurrency", "typing", "team", "reopen", "jump", "load", "kernels")
 # team needs two server set-ups; reopen measures the engine's disk tier, not a mode; jump compares prompt
-# layouts (--jump-layout); load is a team's load
+# layouts (--jump-layout); load is a team's load; kernels measures the engine's CPU kernel paths, without the
+# appliance
 DEFAULT_SCENARIOS = ("short", "long", "file_switch", "concurrency", "typing")
