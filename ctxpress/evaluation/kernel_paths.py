@@ -60,6 +60,7 @@ def run_once(runner: LlamaRunner, prompt: list[int], batch: int, decode: int) ->
 
 def child(args: argparse.Namespace) -> int:
     from serving.cpu_kernels import KernelPathUnavailable
+    from serving.llama_runner import LlamaRunner
 
     cores = args.threads or os.cpu_count() or 1
     started = time.perf_counter()

@@ -173,3 +173,23 @@ def test_with_the_forced_include_the_tile_configuration_keeps_its_rows_and_width
     # zeroing and palette, then at least one store of the rows and one of the column widths
     assert len(fixed) >= 4
     assert len(fixed) >= len(plain)
+
+
+@pytest.mark.services  # loads the real model
+def test_the_kernel_path_benchmark_measures_each_path_in_its_process_and_reports_what_cannot_run(
+        model_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ctxpress.evaluation.kernel_paths import main
+
+    assert main(["--model", str(model_path), "--paths", "auto,avx2,amx", "--prompt-tokens", "64", "--decode", "4",
+                 "--batch", "32", "--rounds", "1", "--passes", "1"]) == 0
+    out = capsys.readouterr().out
+    figures = json.loads(out.strip().splitlines()[-1])
+    print(out)
+    assert figures["baseline"] == "auto" and figures["prompt_tokens"] == 64
+    rows = figures["results"]
+    assert rows["avx2"]["variant"] in ("haswell", "alderlake") and "AVX512" not in rows["avx2"]["features"]
+    for row in rows.values():
+        assert row["prompt_tokens_per_s"] > 0 and row["ms_per_token"] > 0
+    assert rows["auto"]["prompt_vs_base"] == 1.0
+    amx_runs = {"amx_tile", "amx_int8"} <= cpu_flags() and "amx" in rows
+    assert amx_runs or "AMX tile state is not available" in figures["unavailable"]["amx"]
