@@ -314,7 +314,7 @@ def _kernels(args: argparse.Namespace, settings: Settings) -> int:
     model = settings.model_path or ensure_model(TARGET, settings.models_dir)
     figures = argparse.Namespace(model=Path(model), paths=args.kernel_paths or ",".join(DEFAULT_PATHS),
                                  baseline_python=args.baseline_python, prompt_tokens=1000, decode=32, batch=512,
-                                 rounds=2, passes=2, threads=0, child=False)
+                                 rounds=2, passes=3, threads=0, child=False)
     try:
         return run(figures)
     except RuntimeError as exc:

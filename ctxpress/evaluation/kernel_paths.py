@@ -5,13 +5,14 @@ Each path runs in its own process (``CTXPRESS_CPU_KERNELS=<path>``: ggml keeps o
 ``serving.cpu_kernels``), which loads the model, processes a prompt of ``--prompt-tokens`` tokens of
 third-party code in ``--batch``-token batches (the engine's width) from an empty sequence, then generates
 ``--decode`` greedy tokens one at a time, ``--rounds`` times after a short warm-up. The paths are run in
-``--passes`` passes, the second in reverse order, so a neighbour's load falls on all of them alike. A path this
+``--passes`` passes, every other one in reverse order, so a neighbour's load falls on all of them alike. A path this
 host cannot run (AMX on a CPU without it, or where Linux refuses the tile state) is reported, not run.
 
 ``today`` is another Python whose llama-cpp-python is the build to compare with (``--baseline-python``,
 e.g. a venv built the old way, -march=native without AMX); it runs this same code. The ratios are to
-``today`` when it is measured, else to ``auto``. Prints progress, a table (medians over rounds and passes),
-the load average before and after, and one JSON line.
+``today`` when it is measured, else to ``auto``. Prints progress, a table (per path the best round, which a
+neighbour's load disturbed least and which the ratios compare, and the median), the load average before and
+after, and one JSON line.
 """
 
 from __future__ import annotations
@@ -43,19 +44,32 @@ def third_party_text() -> str:
     return Path(module.__file__).read_text(encoding="utf-8")
 
 
-def run_once(runner: LlamaRunner, prompt: list[int], batch: int, decode: int) -> tuple[float, float]:
-    """(prompt tokens a second, ms a generated token) from an empty sequence."""
+@dataclass
+class Round:
+    """One prompt and its generated tokens: wall-clock rates, and the same per CPU-second of this process (which
+    a neighbour's load disturbs far less: with one thread, the kernels' own cost)."""
+
+    prompt_tokens_per_s: float
+    ms_per_token: float
+    prompt_tokens_per_cpu_s: float
+    cpu_ms_per_token: float
+
+
+def run_once(runner: LlamaRunner, prompt: list[int], batch: int, decode: int) -> Round:
+    """One round from an empty sequence."""
     runner.remove(0, 0)
-    started = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     for i in range(0, len(prompt), batch):
         runner.decode(0, prompt[i:i + batch], i, all_logits=False)
-    prompt_s = time.perf_counter() - started
+    prompt_s, prompt_cpu = time.perf_counter() - wall, time.process_time() - cpu
     token, position = runner.argmax(-1), len(prompt)
-    started = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(decode):
         runner.decode(0, [token], position, all_logits=False)
         token, position = runner.argmax(-1), position + 1
-    return len(prompt) / prompt_s, (time.perf_counter() - started) * 1000 / max(decode, 1)
+    n = max(decode, 1)
+    return Round(len(prompt) / prompt_s, (time.perf_counter() - wall) * 1000 / n,
+                 len(prompt) / max(prompt_cpu, 1e-9), (time.process_time() - cpu) * 1000 / n)
 
 
 def child(args: argparse.Namespace) -> int:
@@ -73,16 +87,15 @@ def child(args: argparse.Namespace) -> int:
     load_s = time.perf_counter() - started
     prompt = runner.tokenize(third_party_text())[:args.prompt_tokens]
     run_once(runner, prompt[:64], args.batch, 2)  # first-use costs out of the figures
-    tps, ms = [], []
-    for _ in range(args.rounds):
-        t, m = run_once(runner, prompt, args.batch, args.decode)
-        tps.append(t)
-        ms.append(m)
+    rounds = [run_once(runner, prompt, args.batch, args.decode) for _ in range(args.rounds)]
     backend = runner.cpu_backend
     print(json.dumps({"variant": backend.variant, "path": backend.path, "amx": backend.amx.reason,
                       "features": sorted(k for k, v in backend.features.items() if v == "1"),
                       "load_s": load_s, "prompt_tokens": len(prompt), "threads": cores,
-                      "prompt_tokens_per_s": tps, "ms_per_token": ms}))
+                      "prompt_tokens_per_s": [r.prompt_tokens_per_s for r in rounds],
+                      "ms_per_token": [r.ms_per_token for r in rounds],
+                      "prompt_tokens_per_cpu_s": [r.prompt_tokens_per_cpu_s for r in rounds],
+                      "cpu_ms_per_token": [r.cpu_ms_per_token for r in rounds]}))
     return 0
 
 
@@ -99,6 +112,8 @@ class PathRun:
     amx: str
     prompt_tokens_per_s: list[float]
     ms_per_token: list[float]
+    prompt_tokens_per_cpu_s: list[float]
+    cpu_ms_per_token: list[float]
 
 
 def measure(python: str, path: str, args: argparse.Namespace) -> PathRun | str:
@@ -115,7 +130,7 @@ def measure(python: str, path: str, args: argparse.Namespace) -> PathRun | str:
     if "unavailable" in result:
         return str(result["unavailable"])
     return PathRun(result["variant"], result["features"], result["amx"], result["prompt_tokens_per_s"],
-                   result["ms_per_token"])
+                   result["ms_per_token"], result["prompt_tokens_per_cpu_s"], result["cpu_ms_per_token"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +150,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="0: every core")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
@@ -179,32 +194,56 @@ def run(args: argparse.Namespace) -> int:
             runs.setdefault(path, []).append(result)
             tps = ", ".join(f"{x:.1f}" for x in result.prompt_tokens_per_s)
             ms = ", ".join(f"{x:.1f}" for x in result.ms_per_token)
+            cpu = ", ".join(f"{x:.1f}/{y:.1f}" for x, y in zip(result.prompt_tokens_per_cpu_s, result.cpu_ms_per_token,
+                                                                 strict=True))
             print(f"[{done}/{total}] {path} ({result.variant}): prompt {tps} tokens/s; decode {ms} ms/token; "
-                  f"load {load_average()}", file=sys.stderr, flush=True)
+                  f"per CPU-second {cpu}; load {load_average()}", file=sys.stderr, flush=True)
     after = load_average()
 
+    # Best: the least disturbed round (a neighbour's load only ever slows a round down), the figure the ratios
+    # compare; the median beside it.
     rows: dict[str, dict[str, object]] = {}
-    tps_of: dict[str, float] = {}
-    ms_of: dict[str, float] = {}
+    best_tps: dict[str, float] = {}
+    best_ms: dict[str, float] = {}
+    cpu_tps: dict[str, float] = {}
+    cpu_ms: dict[str, float] = {}
     for path, results in runs.items():
-        tps_of[path] = statistics.median(x for r in results for x in r.prompt_tokens_per_s)
-        ms_of[path] = statistics.median(x for r in results for x in r.ms_per_token)
-        rows[path] = {"variant": results[0].variant, "features": results[0].features, "amx": results[0].amx,
-                      "prompt_tokens_per_s": round(tps_of[path], 2), "ms_per_token": round(ms_of[path], 2),
-                      "samples": sum(len(r.ms_per_token) for r in results)}
+        tps = [x for r in results for x in r.prompt_tokens_per_s]
+        ms = [x for r in results for x in r.ms_per_token]
+        best_tps[path], best_ms[path] = max(tps), min(ms)
+        cpu_tps[path] = statistics.median(x for r in results for x in r.prompt_tokens_per_cpu_s)
+        cpu_ms[path] = statistics.median(x for r in results for x in r.cpu_ms_per_token)
+        rows[path] = {"prompt_tokens_per_cpu_s": round(cpu_tps[path], 2), "cpu_ms_per_token": round(cpu_ms[path], 2),
+                      "variant": results[0].variant, "features": results[0].features, "amx": results[0].amx,
+                      "prompt_tokens_per_s": round(max(tps), 2), "ms_per_token": round(min(ms), 2),
+                      "prompt_tokens_per_s_median": round(statistics.median(tps), 2),
+                      "ms_per_token_median": round(statistics.median(ms), 2), "samples": len(ms)}
     base = "today" if "today" in rows else "auto" if "auto" in rows else next(iter(rows), "")
-    print(f"\n{'path':<8}{'variant':<16}{'prompt tok/s':>13}{'x ' + base:>10}{'ms/token':>10}{'x ' + base:>10}")
+    print(f"\n{'path':<8}{'variant':<16}{'prompt tok/s':>13}{'(median)':>10}{'x ' + base:>9}"
+          f"{'ms/token':>10}{'(median)':>10}{'x ' + base:>9}")
     for path in paths:
         if path in unavailable:
             print(f"{path:<8}{'-':<16}not available: {unavailable[path]}")
             continue
-        prompt_x, decode_x = tps_of[path] / tps_of[base], ms_of[path] / ms_of[base]
-        rows[path].update(prompt_vs_base=round(prompt_x, 3), decode_vs_base=round(decode_x, 3))
-        print(f"{path:<8}{runs[path][0].variant:<16}{tps_of[path]:>13.1f}{prompt_x:>10.2f}{ms_of[path]:>10.1f}"
-              f"{decode_x:>10.2f}")
+        row = rows[path]
+        prompt_x, decode_x = best_tps[path] / best_tps[base], best_ms[path] / best_ms[base]
+        row.update(prompt_vs_base=round(prompt_x, 3), decode_vs_base=round(decode_x, 3))
+        print(f"{path:<8}{runs[path][0].variant:<16}{best_tps[path]:>13.1f}{row['prompt_tokens_per_s_median']:>10}"
+              f"{prompt_x:>9.2f}{best_ms[path]:>10.1f}{row['ms_per_token_median']:>10}{decode_x:>9.2f}")
+    print(f"\nper CPU-second of the engine process (medians; a neighbour's load disturbs these far less, and with "
+          f"--threads 1 they are the kernels' own cost)\n{'path':<8}{'variant':<16}{'tok/CPU-s':>13}{'x ' + base:>9}"
+          f"{'CPU-ms/tok':>12}{'x ' + base:>9}")
+    for path in paths:
+        if path in runs:
+            rows[path].update(cpu_prompt_vs_base=round(cpu_tps[path] / cpu_tps[base], 3),
+                              cpu_decode_vs_base=round(cpu_ms[path] / cpu_ms[base], 3))
+            print(f"{path:<8}{runs[path][0].variant:<16}{cpu_tps[path]:>13.1f}{cpu_tps[path] / cpu_tps[base]:>9.2f}"
+                  f"{cpu_ms[path]:>12.1f}{cpu_ms[path] / cpu_ms[base]:>9.2f}")
     print(f"load average before {before}, after {after}; prompt {args.prompt_tokens} tokens in {args.batch}-token "
-          f"batches, {args.decode} generated tokens, medians of {args.passes} passes x {args.rounds} rounds")
-    print(json.dumps({"cores": os.cpu_count(), "load_before": before, "load_after": after, "baseline": base,
+          f"batches, {args.decode} generated tokens; best and median of {args.passes} passes x {args.rounds} rounds; "
+          f"ratios of the best")
+    print(json.dumps({"cores": os.cpu_count(), "threads": args.threads or os.cpu_count(),
+                      "load_before": before, "load_after": after, "baseline": base,
                       "prompt_tokens": args.prompt_tokens, "batch": args.batch, "decode": args.decode,
                       "results": rows, "unavailable": unavailable}))
     return 0
