@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 # CMAKE_INSTALL_BINDIR puts the variants into the package's lib/ (ggml installs backends to bin/).
 # serving/gcc_amx_tile_fix.h is force-included into every C++ file: with GCC 12 the AMX variant's tile
 # configuration lost its rows and widths (dead stores to it), and its first tile instruction was a SIGILL.
-# The wheel is built once per machine, version and flags (~20 min on 2 cores) into LLAMA_WHEELS and
+# The wheel is built once per machine, version and flags (9-14 min on 2 shared cores) into LLAMA_WHEELS and
 # installed from there: pip's own wheel cache would hand back a wheel built with other flags.
 LLAMA_CPP := $(shell grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DCMAKE_INSTALL_BINDIR=llama_cpp/lib
@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	@start=$$(date +%s); \
 	if ! ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
-		echo "building $(LLAMA_CPP) with its CPU variants into $(LLAMA_WHEELS) (first time: ~20 min)…"; \
+		echo "building $(LLAMA_CPP) with its CPU variants into $(LLAMA_WHEELS) (first time: 9-14 min on 2 cores)…"; \
 		rm -rf $(LLAMA_WHEELS).partial && \
 		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CXXFLAGS="$$CXXFLAGS $(LLAMA_CXXFLAGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
 			--no-binary llama-cpp-python -w $(LLAMA_WHEELS).partial '$(LLAMA_CPP)' && \

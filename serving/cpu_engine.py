@@ -100,6 +100,9 @@ class LlamaEngine:
         self.target = LlamaRunner(config.model_path, n_ctx=config.n_ctx, n_slots=config.n_slots,
                                   n_threads=threads, n_batch=config.n_batch, kv_type=config.kv_type,
                                   kernels=config.cpu_kernels)
+        backend = self.target.cpu_backend
+        log.info("llama.cpp CPU kernels: %s (%s, asked for %s); AMX tile state: %s", backend.path, backend.variant,
+                 backend.requested, backend.amx.reason)
         self.pool = KVPool(config.n_slots, config.n_ctx)
         self.disk: PoolDisk | None = None
         if config.kv_disk_dir is not None and config.kv_disk_budget_bytes > 0:
