@@ -136,7 +136,7 @@ def main() -> int:
     args = parser.parse_args()
     options = AssemblyOptions(budget_tokens=args.budget, timeout_ms=1000.0, stable_head=args.stable_head > 0,
                               head_share=args.stable_head or AssemblyOptions.head_share)
-    from ctxpress.core.settings import get_settings
+    from ctxpress_core.settings import get_settings
     from serving.tokenizer import Tokenizer, memoized_counter
     from serving.weights import TARGET, ensure_model
 

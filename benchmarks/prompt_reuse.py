@@ -65,7 +65,7 @@ def main() -> int:
     parser.add_argument("--step", type=int, default=3, help="characters typed between requests")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    from ctxpress.core.settings import get_settings
+    from ctxpress_core.settings import get_settings
     from serving.tokenizer import Tokenizer, memoized_counter
     from serving.weights import TARGET, ensure_model
 

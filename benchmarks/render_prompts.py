@@ -17,11 +17,11 @@ import json
 import sys
 from pathlib import Path
 
-from ctxpress.core.settings import get_settings
-from ctxpress.core.wire.v1 import CompletionRequest
 from ctxpress.evaluation.bench import BenchConfig, third_party_root, typing_plan
 from ctxpress.evaluation.cases import cut_out, make_cases
 from ctxpress.evaluation.progress import Progress
+from ctxpress_core.settings import get_settings
+from ctxpress_core.wire.v1 import CompletionRequest
 from serving.fim import fim_markers, fim_prompt
 from workers.completion import prompt as layout
 from workers.completion.service import CompletionService

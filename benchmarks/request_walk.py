@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from ctxpress.core.settings import Settings, get_settings
-from ctxpress.core.wire.v1 import CompletionRequest, content_hash
 from ctxpress.evaluation.bench import third_party_root
 from ctxpress.evaluation.cases import cut_out
+from ctxpress_core.settings import Settings, get_settings
+from ctxpress_core.wire.v1 import CompletionRequest, content_hash
 from indexer.syntax.warm import warm_up
 from workers.completion.context import ContextPreparer
 from workers.completion.worker import load_tokenizer
@@ -38,8 +38,6 @@ from workers.context.session import FileSessions
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 FILE = "engine/result.py"
 LINE, COLUMN = 1500, 8
-# Packages that sit below every layer although they are named inside one (before #33, ctxpress.core).
-BELOW_ALL = ("ctxpress.core",)
 
 
 def layer_ranks() -> tuple[dict[str, int], tuple[str, ...]]:
@@ -96,8 +94,6 @@ class Walk:
         return name if name != self.skip and name.split(".")[0] in self.roots else None
 
     def rank(self, module: str) -> int:
-        if any(module == p or module.startswith(p + ".") for p in BELOW_ALL):
-            return 0
         return self.ranks.get(module.split(".")[0], 0)
 
     def profile(self, frame: FrameType, event: str, _arg: object) -> None:
@@ -118,11 +114,8 @@ class Walk:
     def crossings(self) -> Counter[tuple[str, str]]:
         """Calls between top-level packages (each one also returns the other way)."""
         (top,) = self.root.children
-
-        def package(m: str) -> str:
-            return next((p for p in BELOW_ALL if m.startswith(p)), m.split(".")[0])
-
-        return Counter((package(a), package(b)) for a, b in top.edges() if package(a) != package(b))
+        packages = [(a.split(".")[0], b.split(".")[0]) for a, b in top.edges()]
+        return Counter((a, b) for a, b in packages if a != b)
 
 
 def one_request(settings: Settings, count_tokens: Callable[[str], int]) -> Callable[[], object]:

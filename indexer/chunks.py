@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from ctxpress.core.errors import CtxpressError
+from ctxpress_core.errors import CtxpressError
 from indexer.summaries import summarize
 from indexer.syntax.parsed_file import ParsedFile, parse_text
 from indexer.syntax.symbols.model import CLASS_KINDS, FUNCTION_KINDS, FileSymbols, Symbol

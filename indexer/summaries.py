@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ctxpress.core.languages import LINE_COMMENT
+from ctxpress_core.languages import LINE_COMMENT
 from indexer.syntax.parsed_file import ParsedFile
 from indexer.syntax.symbols.model import Symbol
 

@@ -1,7 +1,7 @@
 """Async client for the completion model behind Triton (gRPC, streaming).
 
 The same code talks to the embedded CPU engine and to a TensorRT-LLM deployment: it
-only uses the tensor names of ``ctxpress.core.inference``. Always the streaming API, which
+only uses the tensor names of ``ctxpress_core.inference``. Always the streaming API, which
 works for decoupled and non-decoupled models alike.
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from ctxpress.core import inference
-from ctxpress.core.errors import InferenceError, InferenceTimeout, InferenceUnavailable
+from ctxpress_core import inference
+from ctxpress_core.errors import InferenceError, InferenceTimeout, InferenceUnavailable
 
 log = logging.getLogger("ctxpress.triton_client")
 

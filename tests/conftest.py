@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxpress.core.settings import Settings
+from ctxpress_core.settings import Settings
 from indexer.embeddings import TritonEmbedder
 from serving.tokenizer import Tokenizer
 

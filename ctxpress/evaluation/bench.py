@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from ctxpress.client import CompletionClient
-from ctxpress.core.wire.v1 import CompletionRequest, FileOpened
 from ctxpress.evaluation.bench_report import Sample, summarise
 from ctxpress.evaluation.cases import Case, cut_out, make_cases
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.scenarios import SCENARIOS
 from ctxpress.evaluation.scoring import first_line
+from ctxpress_core.wire.v1 import CompletionRequest, FileOpened
 
 MODES = ("baseline", "optimized")
 REOPEN_LABELS = ("cold", "reopened", "warm")

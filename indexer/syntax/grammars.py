@@ -1,6 +1,6 @@
 """The tree-sitter grammars: which languages have one, a parser per thread, the grammar itself.
 
-Which language a path is comes from ``ctxpress.core.languages``; this module only says which of
+Which language a path is comes from ``ctxpress_core.languages``; this module only says which of
 those languages the syntax package can parse (block cropping, symbols, references).
 """
 
@@ -12,7 +12,7 @@ from tree_sitter import Language, Parser
 from tree_sitter_language_pack import get_language
 from tree_sitter_language_pack import get_parser as _pack_parser
 
-from ctxpress.core.languages import language_from_path
+from ctxpress_core.languages import language_from_path
 
 # Languages with block cropping. Names are tree-sitter-language-pack grammar names.
 SUPPORTED_LANGUAGES: frozenset[str] = frozenset(
@@ -20,7 +20,7 @@ SUPPORTED_LANGUAGES: frozenset[str] = frozenset(
 )
 
 def detect_language(path: str, text: str | None = None) -> str | None:
-    """The grammar for ``path`` (``ctxpress.core.languages``: a ``.h`` showing C++ constructs is cpp), or
+    """The grammar for ``path`` (``ctxpress_core.languages``: a ``.h`` showing C++ constructs is cpp), or
     None when there is none."""
     language = language_from_path(path, text)
     return language if language in SUPPORTED_LANGUAGES else None

@@ -8,8 +8,8 @@ import json
 import logging
 from collections.abc import Callable
 
-from ctxpress.core.features import resolve as resolve_features
-from ctxpress.core.wire.v1 import BlockReport, CompletionRequest
+from ctxpress_core.features import resolve as resolve_features
+from ctxpress_core.wire.v1 import BlockReport, CompletionRequest
 from workers import metrics
 from workers.completion.context import Prepared
 from workers.context.retrieval import RenderedChunk, Retrieval, Retriever, render_retrieved

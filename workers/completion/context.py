@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ctxpress.core.features import resolve as resolve_features
-from ctxpress.core.languages import language_from_path
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import CompletionRequest, ContextReport
+from ctxpress_core.features import resolve as resolve_features
+from ctxpress_core.languages import language_from_path
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import CompletionRequest, ContextReport
 from workers.context.assemble import assemble_context
 from workers.context.options import AssemblyOptions
 from workers.context.session import FileSessions

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ctxpress.core.wire.v1 import CompletionRequest
+from ctxpress_core.wire.v1 import CompletionRequest
 from serving.fim import FIM_PREFIX, FIM_SUFFIX, fim_markers, fim_prompt
 from workers.completion.context import Prepared
 from workers.grants import Caller

@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pydantic import ValidationError
 
-from ctxpress.core import inference
-from ctxpress.core.errors import CtxpressError, ErrorCode, RequestError
-from ctxpress.core.features import resolve as resolve_features
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import (
+from ctxpress_core import inference
+from ctxpress_core.errors import CtxpressError, ErrorCode, RequestError
+from ctxpress_core.features import resolve as resolve_features
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import (
     CancelRequest,
     CompletionRequest,
     CompletionResponse,

@@ -19,16 +19,16 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from prometheus_client import start_http_server
 
-from ctxpress.core import nats_connect
-from ctxpress.core.identity import (
+from ctxpress_core import nats_connect
+from ctxpress_core.identity import (
     service_connect_options,
     shard_user_subject,
     subject_user,
     team_mode,
     user_subject,
 )
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
 from indexer.embeddings import AsyncTritonEmbedder
 from indexer.syntax.warm import warm_up
 from serving.triton_client import TritonCompletionClient
@@ -74,7 +74,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     service = CompletionService(settings, triton, count_tokens, settings.model_name, telemetry, retriever, grants)
     for cache in service.cache_entries():  # read when /metrics is scraped
         metrics.CACHE_ENTRIES.labels(cache).set_function(lambda cache=cache: service.cache_entries()[cache])
-    # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress.core.nats_connect)
+    # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress_core.nats_connect)
     nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-completion-worker",
                                     max_reconnect_attempts=-1, plaintext_credentials=not settings.nats_tls,
                                     **connect_options)

@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ctxpress.core.languages import normalize_language
-from ctxpress.core.wire.v1 import wire_lines
+from ctxpress_core.languages import normalize_language
+from ctxpress_core.wire.v1 import wire_lines
 from indexer.summaries import elision_marker
 from indexer.syntax.grammars import detect_language, is_supported
 from indexer.syntax.parsed_file import ParsedFile

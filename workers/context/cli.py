@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ctxpress.core.settings import get_settings
+from ctxpress_core.settings import get_settings
 from workers.context.assemble import assemble_context
 from workers.context.model import AssembledContext, ContextBlock
 from workers.context.options import AssemblyOptions
@@ -98,7 +98,7 @@ def _git_root(path: Path) -> Path | None:
 
 def _model_token_counter() -> Callable[[str], int]:
     """The served model's own tokenizer, so the report counts what the model will see."""
-    from ctxpress.core.settings import get_settings
+    from ctxpress_core.settings import get_settings
     from serving.tokenizer import Tokenizer
     from serving.weights import TARGET, ensure_model
 

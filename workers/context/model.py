@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import BlockReport
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import BlockReport
 
 DEFAULT_BUDGET_TOKENS: int = Settings.model_fields["context_budget_tokens"].default
 

@@ -1,7 +1,7 @@
 """What one assembly is asked for: the budget, the deadline, the language, the recent edits, the caller's
 fallback, and which of the assembly's optimisations are on.
 
-The switches carry the names the optimisations are registered under (``ctxpress.core.features``) and
+The switches carry the names the optimisations are registered under (``ctxpress_core.features``) and
 its defaults, so a request's resolved features become options by name, with nothing to map by hand.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ctxpress.core.features import REGISTRY
-from ctxpress.core.settings import DEFAULT_HEAD_SHARE
+from ctxpress_core.features import REGISTRY
+from ctxpress_core.settings import DEFAULT_HEAD_SHARE
 from workers.context.model import DEFAULT_BUDGET_TOKENS
 
 

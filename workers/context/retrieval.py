@@ -34,9 +34,9 @@ import numpy as np
 from sqlalchemy import text as sql
 from sqlalchemy.orm import Session
 
-from ctxpress.core.errors import EmbeddingError
-from ctxpress.core.languages import LINE_COMMENT
-from ctxpress.core.wire.v1 import wire_lines
+from ctxpress_core.errors import EmbeddingError
+from ctxpress_core.languages import LINE_COMMENT
+from ctxpress_core.wire.v1 import wire_lines
 from db.chunks import CoarseFiles, SearchHit, coarse_files, search_chunks
 from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys

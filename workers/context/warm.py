@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ctxpress.core.languages import normalize_language
+from ctxpress_core.languages import normalize_language
 from indexer.syntax.grammars import detect_language, is_supported
 from indexer.syntax.symbols.table import extract_symbols
 from workers.context.blocks import summary_piece

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ctxpress.core.errors import CursorOutOfRange
+from ctxpress_core.errors import CursorOutOfRange
 from workers.context.line_tokens import take_while_fits
 
 PREFIX_SHARE = 0.75
@@ -30,7 +30,7 @@ class Window:
 def _cursor_lines(text: str) -> list[str]:
     """Lines of the file with their endings, and the empty line after a trailing newline (a
     valid cursor position: the end of the file)."""
-    parts = text.split("\n")  # the wire's lines (see ctxpress.core.wire.v1.wire_lines)
+    parts = text.split("\n")  # the wire's lines (see ctxpress_core.wire.v1.wire_lines)
     return [part + "\n" for part in parts[:-1]] + [parts[-1]]
 
 

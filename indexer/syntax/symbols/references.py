@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Query, QueryCursor
 
-from ctxpress.core.languages import LINE_COMMENT
+from ctxpress_core.languages import LINE_COMMENT
 from indexer.syntax.grammars import language_of
 from indexer.syntax.parsed_file import ParsedFile
 from indexer.syntax.symbols.decl import field_node, node_text

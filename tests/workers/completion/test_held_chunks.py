@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ctxpress.core.features import resolve
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import BlockReport, CompletionRequest, ContextReport
+from ctxpress_core.features import resolve
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import BlockReport, CompletionRequest, ContextReport
 from workers.completion.context import Prepared
 from workers.completion.service import CompletionService
 from workers.context.retrieval import Retrieval, RetrievalReport, RetrievedChunk

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ctxpress.core.features import resolve
-from ctxpress.core.wire.v1 import CompletionRequest, ContextReport
+from ctxpress_core.features import resolve
+from ctxpress_core.wire.v1 import CompletionRequest, ContextReport
 from workers.completion.context import Prepared
 from workers.completion.prompt import middle_from
 

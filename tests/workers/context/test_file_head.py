@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from ctxpress.core.settings import DEFAULT_HEAD_SHARE
 from ctxpress.evaluation.bench import BenchConfig, jump_cursors, third_party_root
 from ctxpress.evaluation.cases import cut_out
+from ctxpress_core.settings import DEFAULT_HEAD_SHARE
 from indexer.syntax.symbols.model import FileSymbols
 from indexer.syntax.symbols.table import extract_symbols
 from indexer.syntax.tree_cache import TreeCache

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxpress.core.languages import KNOWN_LANGUAGES
+from ctxpress_core.languages import KNOWN_LANGUAGES
 from workers.context.assemble import assemble_context
 from workers.context.options import AssemblyOptions
 from workers.context.window import baseline_window

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields
 
-from ctxpress.core.wire.v1 import BlockReport
+from ctxpress_core.wire.v1 import BlockReport
 from workers.context.model import ContextBlock
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from ctxpress.core.features import REGISTRY, resolve
+from ctxpress_core.features import REGISTRY, resolve
 from workers.context.options import SWITCHES, AssemblyOptions
 
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxpress.core.errors import CursorOutOfRange
+from ctxpress_core.errors import CursorOutOfRange
 from workers.context.window import baseline_window, split_at_cursor
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ctxpress.core.database import database_url, stored_password
-from ctxpress.core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
+from ctxpress_core.database import database_url, stored_password
+from ctxpress_core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
 
 # stable_head: the file head's share of the context budget (measured: docs/context.md)
 DEFAULT_HEAD_SHARE = 0.5
@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     # NATS: one URL, or a cluster's URLs separated by commas (clients try each; see nats_servers)
     nats_url: str | None = None
     # A credentials file written by `ctxpress users add` (JSON: nats_url, user, password; read with
-    # ctxpress.core.identity.load_credentials). Team mode with an external NATS: the workers' own (the worker user).
+    # ctxpress_core.identity.load_credentials). Team mode with an external NATS: the workers' own (the worker user).
     nats_credentials: Path | None = None
     # Team mode with an external NATS: the index worker's own (the indexer user); unset, it uses nats_credentials.
     nats_indexer_credentials: Path | None = None
@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     nats_bind_host: str | None = None
     # Team mode: TLS on the embedded NATS client port, for every client (the workers too). The server's
     # certificate, its key and the CA that signed it are the operator's when set, otherwise generated under
-    # <home>/tls (ctxpress/core/tls.py). With an external NATS, nats_tls_ca is what the workers verify it with.
+    # <home>/tls (ctxpress_core/tls.py). With an external NATS, nats_tls_ca is what the workers verify it with.
     nats_tls: bool = True
     nats_tls_cert: Path | None = None
     nats_tls_key: Path | None = None

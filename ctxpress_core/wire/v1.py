@@ -20,9 +20,9 @@ from pydantic import (
     model_validator,
 )
 
-from ctxpress.core import features
-from ctxpress.core.errors import CtxpressError, ErrorCode, UnsupportedLanguage
-from ctxpress.core.languages import KNOWN_LANGUAGES, normalize_language
+from ctxpress_core import features
+from ctxpress_core.errors import CtxpressError, ErrorCode, UnsupportedLanguage
+from ctxpress_core.languages import KNOWN_LANGUAGES, normalize_language
 
 SUBJECT_COMPLETE = "ctxpress.v1.complete"
 SUBJECT_FEEDBACK = "ctxpress.v1.feedback"

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from ctxpress.core.errors import CtxpressError
+from ctxpress_core.errors import CtxpressError
 
 
 class TlsNotOffered(CtxpressError, NatsError):

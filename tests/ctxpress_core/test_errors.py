@@ -6,7 +6,7 @@ import importlib
 import inspect
 import pkgutil
 
-from ctxpress.core.errors import (
+from ctxpress_core.errors import (
     CtxpressError,
     CursorOutOfRange,
     ErrorCode,
@@ -16,7 +16,7 @@ from ctxpress.core.errors import (
     RequestError,
     UnsupportedLanguage,
 )
-from ctxpress.core.wire.v1 import ErrorBody
+from ctxpress_core.wire.v1 import ErrorBody
 
 # Exceptions that are signals inside one module, never an error anyone sees, and the modules that must run
 # without the project installed (build_engines stands alone; the git hook's publisher runs on the standard
@@ -29,7 +29,7 @@ STANDALONE = ("build_engines", "indexer.hook_publish")
 
 def project_exceptions() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
-    for package in ("ctxpress", "workers", "indexer", "serving", "db"):
+    for package in ("ctxpress", "ctxpress_core", "workers", "indexer", "serving", "db"):
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, f"{package}."):
             if info.name.startswith(STANDALONE):

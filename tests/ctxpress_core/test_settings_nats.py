@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from ctxpress.core.settings import Settings
+from ctxpress_core.settings import Settings
 from indexer.stream import consumer_config, stream_config
 
 

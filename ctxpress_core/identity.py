@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ctxpress.core.errors import CtxpressError
-from ctxpress.core.private_files import write_private_file
-from ctxpress.core.settings import Settings
+from ctxpress_core.errors import CtxpressError
+from ctxpress_core.private_files import write_private_file
+from ctxpress_core.settings import Settings
 
 USER_SUBJECT_PREFIX = "ctxpress.v1.u"
 # A sharded team's forwarded requests: ``ctxpress.v1.s.<shard>.u.<user>.<kind>``, published by the gateway only.
@@ -103,7 +103,7 @@ def tls_on(settings: Settings) -> bool:
 
 def client_ca(settings: Settings) -> str | None:
     """The CA certificate (PEM) clients verify this appliance's NATS with; None when NATS speaks plain text."""
-    from ctxpress.core.tls import TlsConfigError, ensure_tls_files
+    from ctxpress_core.tls import TlsConfigError, ensure_tls_files
 
     try:
         if tls_on(settings):
@@ -204,7 +204,7 @@ class NatsCredentials:
         options: dict[str, Any] = {"user": self.user, "password": self.password,
                                    "inbox_prefix": inbox_prefix(self.user)}
         if self.ca is not None:
-            from ctxpress.core.tls import TlsConfigError, client_context
+            from ctxpress_core.tls import TlsConfigError, client_context
 
             try:
                 options["tls"] = client_context(self.ca)
@@ -218,7 +218,7 @@ class NatsCredentials:
     @property
     def plaintext(self) -> bool:
         """Issued for a NATS without TLS (no CA, not a tls:// URL): the only case its password may go in clear
-        (``ctxpress.core.nats_connect``)."""
+        (``ctxpress_core.nats_connect``)."""
         return self.ca is None and not self.nats_url.lower().startswith("tls://")
 
 

@@ -15,8 +15,8 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxpress.core.errors import CtxpressError
-from ctxpress.core.settings import Settings
+from ctxpress_core.errors import CtxpressError
+from ctxpress_core.settings import Settings
 
 CA_DAYS = 3650
 SERVER_DAYS = 825  # what browsers and most TLS stacks still accept for a leaf certificate
@@ -80,7 +80,7 @@ def generate(root: Path, names: list[str], *, client_auth: bool = False) -> None
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    from ctxpress.core.identity import write_private_file
+    from ctxpress_core.identity import write_private_file
 
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     now = datetime.datetime.now(datetime.UTC)

@@ -1,4 +1,4 @@
-from ctxpress.core.languages import KNOWN_LANGUAGES, language_from_path
+from ctxpress_core.languages import KNOWN_LANGUAGES, language_from_path
 
 
 def test_language_from_path() -> None:
@@ -11,7 +11,7 @@ def test_language_from_path() -> None:
 
 
 def test_one_table_for_the_wire_and_the_parser() -> None:
-    from ctxpress.core.wire.v1 import CompletionRequest
+    from ctxpress_core.wire.v1 import CompletionRequest
     from indexer.syntax.grammars import detect_language
 
     # a C++ header is reported and parsed as the same language

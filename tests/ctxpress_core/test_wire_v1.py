@@ -1,8 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from ctxpress.core.errors import UnsupportedLanguage
-from ctxpress.core.wire.v1 import CompletionRequest, FileOpened, content_hash
+from ctxpress_core.errors import UnsupportedLanguage
+from ctxpress_core.wire.v1 import CompletionRequest, FileOpened, content_hash
 
 
 def base(**over: object) -> dict[str, object]:
