@@ -16,8 +16,8 @@ import random
 import sys
 from pathlib import Path
 
-from indexer.syntax.textdiff import common_prefix_len
 from serving.fim import fim_prompt
+from syntax.textdiff import common_prefix_len
 from workers.context.assemble import assemble_context
 from workers.context.line_tokens import exact_counter
 from workers.context.packing import memoized

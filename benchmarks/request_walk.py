@@ -30,7 +30,7 @@ from ctxpress.evaluation.bench import third_party_root
 from ctxpress.evaluation.cases import cut_out
 from ctxpress_core.settings import Settings, get_settings
 from ctxpress_core.wire.v1 import CompletionRequest, content_hash
-from indexer.syntax.warm import warm_up
+from syntax.warm import warm_up
 from workers.completion.context import ContextPreparer
 from workers.completion.worker import load_tokenizer
 from workers.context.session import FileSessions

@@ -155,8 +155,8 @@ def typing_pauses(body: str, cps: float, debounce_ms: float, seed: int) -> list[
 
 def pick_function(text: str) -> tuple[int, int] | None:
     """A function body of 6-30 lines: (start offset of its first body line, end offset)."""
-    from indexer.syntax.parsed_file import parse_text
-    from indexer.syntax.symbols.table import extract_symbols
+    from syntax.parsed_file import parse_text
+    from syntax.symbols.table import extract_symbols
 
     table = extract_symbols(parse_text(text, "python", "<bench>"))
     source = text.encode("utf-8")

@@ -29,7 +29,7 @@ STANDALONE = ("build_engines", "indexer.hook_publish")
 
 def project_exceptions() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
-    for package in ("ctxpress", "ctxpress_core", "workers", "indexer", "serving", "db"):
+    for package in ("ctxpress", "ctxpress_core", "workers", "indexer", "syntax", "serving", "db"):
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, f"{package}."):
             if info.name.startswith(STANDALONE):

@@ -12,7 +12,7 @@ def test_language_from_path() -> None:
 
 def test_one_table_for_the_wire_and_the_parser() -> None:
     from ctxpress_core.wire.v1 import CompletionRequest
-    from indexer.syntax.grammars import detect_language
+    from syntax.grammars import detect_language
 
     # a C++ header is reported and parsed as the same language
     header = "namespace n { class A {}; }\n"

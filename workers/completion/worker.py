@@ -30,8 +30,8 @@ from ctxpress_core.identity import (
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
 from indexer.embeddings import AsyncTritonEmbedder
-from indexer.syntax.warm import warm_up
 from serving.triton_client import TritonCompletionClient
+from syntax.warm import warm_up
 from workers import metrics
 from workers.completion.service import CompletionService
 from workers.context.line_tokens import exact_counter

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 
 from ctxpress_core.languages import normalize_language
 from ctxpress_core.wire.v1 import wire_lines
-from indexer.summaries import elision_marker
-from indexer.syntax.grammars import detect_language, is_supported
-from indexer.syntax.parsed_file import ParsedFile
-from indexer.syntax.symbols.model import FileSymbols
-from indexer.syntax.symbols.table import cheap_symbols, extract_symbols
+from syntax.grammars import detect_language, is_supported
+from syntax.parsed_file import ParsedFile
+from syntax.summaries import elision_marker
+from syntax.symbols.model import FileSymbols
+from syntax.symbols.table import cheap_symbols, extract_symbols
 from workers.context import steady
 from workers.context.below import fill_below
 from workers.context.class_header import class_header_candidates

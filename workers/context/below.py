@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from indexer.syntax.parsed_file import ParsedFile
+from syntax.parsed_file import ParsedFile
 from workers.context.enclosing import Enclosing
 from workers.context.line_tokens import LineRangeTokens
 from workers.context.model import ContextBlock

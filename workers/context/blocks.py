@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from indexer.summaries import header_line_range, summarize
-from indexer.syntax.parsed_file import ParsedFile
-from indexer.syntax.symbols.model import CLASS_KINDS, Symbol
+from syntax.parsed_file import ParsedFile
+from syntax.summaries import header_line_range, summarize
+from syntax.symbols.model import CLASS_KINDS, Symbol
 from workers.context.packing import Candidate, Form, Piece
 
 

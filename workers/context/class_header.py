@@ -8,8 +8,8 @@ class named by the scope.
 
 from __future__ import annotations
 
-from indexer.summaries import header_line_range, summarize
-from indexer.syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
+from syntax.summaries import header_line_range, summarize
+from syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
 from workers.context.blocks import symbol_candidate
 from workers.context.packing import TIER_CLASS_HEADER, Candidate, Form, Piece
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from indexer.summaries import header_line_range
-from indexer.syntax.parsed_file import ParsedFile
-from indexer.syntax.symbols.model import FileSymbols, Symbol
+from syntax.parsed_file import ParsedFile
+from syntax.summaries import header_line_range
+from syntax.symbols.model import FileSymbols, Symbol
 from workers.context.line_tokens import exact_counter, take_while_fits
 from workers.context.model import ContextBlock
 from workers.context.packing import Piece, TokenCounter

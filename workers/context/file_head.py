@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from indexer.summaries import header_line_range, reduce_import, summarize
-from indexer.syntax.parsed_file import ParsedFile
-from indexer.syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
+from syntax.parsed_file import ParsedFile
+from syntax.summaries import header_line_range, reduce_import, summarize
+from syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
 from workers.context.model import AssembledContext, ContextBlock
 from workers.context.packing import Piece, render_excerpts
 

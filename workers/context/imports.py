@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from indexer.summaries import reduce_constant, reduce_import
-from indexer.syntax.symbols.model import FileSymbols, Symbol
+from syntax.summaries import reduce_constant, reduce_import
+from syntax.symbols.model import FileSymbols, Symbol
 from workers.context.packing import TIER_IMPORTS, Candidate, Form, Piece
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from itertools import accumulate
 from pathlib import Path
 
-from indexer.syntax.parsed_file import EDIT_KEY, ParsedFile
+from syntax.parsed_file import EDIT_KEY, ParsedFile
 from workers.context.packing import MemoCounter, TokenCounter
 
 LineRangeTokens = Callable[[int, int], int]

@@ -15,8 +15,8 @@ block, richest first; packing takes the richest that fits.
 
 from __future__ import annotations
 
-from indexer.summaries import header_line_range
-from indexer.syntax.symbols.model import FileSymbols, Symbol
+from syntax.summaries import header_line_range
+from syntax.symbols.model import FileSymbols, Symbol
 from workers.context.enclosing import Enclosing
 from workers.context.line_tokens import LineRangeTokens
 from workers.context.packing import TIER_NEARBY, Candidate, Form, Piece

@@ -6,7 +6,7 @@ siblings come first. Only summaries: their bodies were not referenced.
 
 from __future__ import annotations
 
-from indexer.syntax.symbols.model import CLASS_KINDS, FUNCTION_KINDS, FileSymbols, Symbol
+from syntax.symbols.model import CLASS_KINDS, FUNCTION_KINDS, FileSymbols, Symbol
 from workers.context.blocks import symbol_candidate
 from workers.context.packing import TIER_NEIGHBOURS, Candidate
 

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from indexer.summaries import elision_marker
+from syntax.summaries import elision_marker
 
 TokenCounter = Callable[[str], int]
 

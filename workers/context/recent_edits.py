@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from indexer.syntax.symbols.model import DECLARATION_KINDS, FileSymbols, Symbol
+from syntax.symbols.model import DECLARATION_KINDS, FileSymbols, Symbol
 from workers.context.blocks import symbol_candidate
 from workers.context.packing import TIER_RECENT_EDIT, Candidate, Form, Piece
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from indexer.syntax.symbols.model import DECLARATION_KINDS, FileSymbols, Symbol
-from indexer.syntax.symbols.references import Reference, line_references, references_in_range
+from syntax.symbols.model import DECLARATION_KINDS, FileSymbols, Symbol
+from syntax.symbols.references import Reference, line_references, references_in_range
 from workers.context.blocks import symbol_candidate
 from workers.context.packing import TIER_REFERENCED, Candidate
 

@@ -41,11 +41,11 @@ from db.chunks import CoarseFiles, SearchHit, coarse_files, search_chunks
 from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys
 from indexer.embeddings import AsyncTritonEmbedder
-from indexer.syntax.grammars import detect_language, is_supported
-from indexer.syntax.symbols.model import FileSymbols
-from indexer.syntax.symbols.references import line_references, references_in_range
-from indexer.syntax.symbols.table import cheap_symbols, extract_symbols
-from indexer.syntax.tree_cache import TreeCache
+from syntax.grammars import detect_language, is_supported
+from syntax.symbols.model import FileSymbols
+from syntax.symbols.references import line_references, references_in_range
+from syntax.symbols.table import cheap_symbols, extract_symbols
+from syntax.tree_cache import TreeCache
 
 log = logging.getLogger("ctxpress.context.retrieval")
 

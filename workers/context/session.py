@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from indexer.syntax.symbols.model import FileSymbols
-from indexer.syntax.tree_cache import TreeCache
+from syntax.symbols.model import FileSymbols
+from syntax.tree_cache import TreeCache
 from workers.context.file_head import FileHead, HeadKey, last_line, render_head, take_items
 from workers.context.steady import Held
 

@@ -22,7 +22,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable
 
-from indexer.syntax.parsed_file import ParsedFile
+from syntax.parsed_file import ParsedFile
 from workers.context.line_tokens import LineRangeTokens
 from workers.context.packing import TIER_SIMILAR, Candidate, Form, Piece
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from indexer.syntax.textdiff import diff_region
+from syntax.textdiff import diff_region
 from workers.context.model import ContextBlock
 from workers.context.packing import Segment, TokenCounter
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from ctxpress_core.languages import normalize_language
-from indexer.syntax.grammars import detect_language, is_supported
-from indexer.syntax.symbols.table import extract_symbols
+from syntax.grammars import detect_language, is_supported
+from syntax.symbols.table import extract_symbols
 from workers.context.blocks import summary_piece
 from workers.context.imports import import_candidates
 from workers.context.line_tokens import exact_counter, warm_line_counts

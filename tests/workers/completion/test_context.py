@@ -6,8 +6,8 @@ from ctxpress.evaluation.bench import third_party_root
 from ctxpress.evaluation.cases import cut_out
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import CompletionRequest, content_hash
-from indexer.syntax.warm import warm_up
 from serving.tokenizer import Tokenizer, memoized_counter
+from syntax.warm import warm_up
 from workers.completion.context import ContextPreparer
 from workers.context.session import FileSessions
 

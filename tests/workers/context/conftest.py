@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from indexer.syntax.warm import warm_up
+from syntax.warm import warm_up
 from workers.context.tokens import rough_token_count
 
 

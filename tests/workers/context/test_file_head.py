@@ -9,9 +9,9 @@ import pytest
 from ctxpress.evaluation.bench import BenchConfig, jump_cursors, third_party_root
 from ctxpress.evaluation.cases import cut_out
 from ctxpress_core.settings import DEFAULT_HEAD_SHARE
-from indexer.syntax.symbols.model import FileSymbols
-from indexer.syntax.symbols.table import extract_symbols
-from indexer.syntax.tree_cache import TreeCache
+from syntax.symbols.model import FileSymbols
+from syntax.symbols.table import extract_symbols
+from syntax.tree_cache import TreeCache
 from workers.context.assemble import assemble_context
 from workers.context.file_head import head_items, render_head, take_items
 from workers.context.model import AssembledContext

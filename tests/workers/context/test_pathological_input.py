@@ -10,8 +10,8 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.summaries import _reduce_import_text
-from indexer.syntax.symbols.docs import _without_closing_marker
+from syntax.summaries import _reduce_import_text
+from syntax.symbols.docs import _without_closing_marker
 from workers.context.retrieval import _ASSIGNED, _WHITESPACE, plan_query
 from workers.context.window import (
     CURSOR_AFTER_CHARS,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ctx_samples import CROP_ONLY
 
-from indexer.syntax.parsed_file import parse_text
+from syntax.parsed_file import parse_text
 from workers.context.assemble import assemble_context
 from workers.context.options import AssemblyOptions
 from workers.context.similar import MAX_SNIPPETS, similar_candidates

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from ctx_samples import CROP_ONLY
 from longfile import long_python_file
 
-from indexer.syntax.parsed_file import parse_text
-from indexer.syntax.symbols.table import extract_symbols
+from syntax.parsed_file import parse_text
+from syntax.symbols.table import extract_symbols
 from workers.context import steady
 from workers.context.assemble import assemble_context
 from workers.context.model import AssembledContext
