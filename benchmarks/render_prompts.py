@@ -23,6 +23,7 @@ from ctxpress.evaluation.progress import Progress
 from ctxpress_core.settings import get_settings
 from ctxpress_core.wire.v1 import CompletionRequest
 from serving.fim import fim_markers, fim_prompt
+from serving.scripted_engine import ScriptedEngine
 from workers.completion import prompt as layout
 from workers.completion.service import CompletionService
 from workers.completion.worker import load_tokenizer
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     # a generous assembly deadline: a prompt must not depend on how busy the machine is
     settings = get_settings().model_copy(update={"assembly_timeout_ms": 60_000.0})
-    service = CompletionService(settings, None, load_tokenizer(settings), settings.model_name)  # type: ignore[arg-type]
+    service = CompletionService(settings, ScriptedEngine(), load_tokenizer(settings), settings.model_name)
     root = third_party_root()
     cases = make_cases(root, LONG_CASES, LONG_SEED, LONG_MIN_LINES)
     cfg = BenchConfig(settings.effective_nats_url(), settings.completion_subject, modes=["optimized"],

@@ -33,8 +33,8 @@ from ctxpress_core.wire.v1 import (
     Timings,
     content_hash,
 )
+from serving.engine_api import CompletionEngine, CompletionResult, complete
 from serving.fim import STOP_WORDS
-from serving.triton_client import CompletionResult, TritonCompletionClient
 from workers import metrics
 from workers.completion import prompt
 from workers.completion.chunks import CrossFileChunks
@@ -66,7 +66,7 @@ class CompletionService:
     def __init__(
         self,
         settings: Settings,
-        triton: TritonCompletionClient,
+        engine: CompletionEngine,
         count_tokens: Callable[[str], int],
         model_name: str,
         telemetry: TelemetryWriter | None = None,
@@ -75,7 +75,7 @@ class CompletionService:
     ) -> None:
         self.settings = settings
         self.grants = grants  # team mode: each request's user (from its subject) must hold a grant for its repository
-        self.triton = triton
+        self.engine = engine
         self.count_tokens = count_tokens
         self.model_name = model_name
         self.files = FileStore()
@@ -201,7 +201,8 @@ class CompletionService:
         try:
             with self.engine_load.track():
                 layout = prompt.fim_layout(request, prepared)
-                return await self.triton.complete(
+                return await complete(
+                    self.engine,
                     layout.text,
                     template_markers=layout.markers,
                     max_tokens=request.max_tokens,
@@ -340,8 +341,8 @@ class CompletionService:
         head = prompt.prewarm_head(request, prepared) if event.line is not None else prompt.prewarm_file_head(prepared)
         if head is None:
             return
-        result = await self.triton.complete(
-            head.text, template_markers=head.markers,
+        result = await complete(
+            self.engine, head.text, template_markers=head.markers,
             max_tokens=0, timeout_s=self.settings.triton_timeout_s,
             cache_key=prompt.cache_key(self.model_name, request, features, caller), speculation="none")
         metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))

@@ -63,7 +63,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     # check once that segment-wise token counting is exact for this tokenizer (~0.1 s).
     await loop.run_in_executor(None, warm_up)
     await loop.run_in_executor(None, exact_counter, memoized(count_tokens))
-    triton = TritonCompletionClient(settings.effective_triton_url())
+    engine = TritonCompletionClient(settings.effective_triton_url())
     telemetry = TelemetryWriter(settings.effective_database_url())
     telemetry.start()
     if settings.worker_metrics_port:
@@ -71,7 +71,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     retriever = Retriever(settings.effective_database_url(), AsyncTritonEmbedder(settings.effective_triton_url()),
                           timeout_ms=settings.retrieval_timeout_ms, top_k=settings.retrieval_top_k,
                           min_similarity=settings.retrieval_min_similarity)
-    service = CompletionService(settings, triton, count_tokens, settings.model_name, telemetry, retriever, grants)
+    service = CompletionService(settings, engine, count_tokens, settings.model_name, telemetry, retriever, grants)
     for cache in service.cache_entries():  # read when /metrics is scraped
         metrics.CACHE_ENTRIES.labels(cache).set_function(lambda cache=cache: service.cache_entries()[cache])
     # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress_core.nats_connect)
@@ -90,7 +90,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         await asyncio.wait(tasks, timeout=settings.triton_timeout_s)
     await nc.drain()
     await telemetry.close()
-    await triton.close()
+    await engine.close()
     log.info("completion worker stopped")
 
 

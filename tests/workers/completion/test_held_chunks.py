@@ -5,6 +5,7 @@ from __future__ import annotations
 from ctxpress_core.features import resolve
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import BlockReport, CompletionRequest, ContextReport
+from serving.scripted_engine import ScriptedEngine
 from workers.completion.context import Prepared
 from workers.completion.service import CompletionService
 from workers.context.retrieval import Retrieval, RetrievalReport, RetrievedChunk
@@ -29,8 +30,7 @@ def _prepared(block: str, steady: bool, budget: int = 1024, block_start: int = 1
 
 
 def _service() -> CompletionService:
-    return CompletionService(Settings(), triton=None, count_tokens=lambda s: max(1, len(s) // 4),  # type: ignore[arg-type]
-                             model_name="m")
+    return CompletionService(Settings(), ScriptedEngine(), count_tokens=lambda s: max(1, len(s) // 4), model_name="m")
 
 
 REQUEST = CompletionRequest(repository="r", path="m.py", text="x", line=0, column=0, mode="optimized")
