@@ -20,12 +20,12 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from workers.context.assemble import assemble_context
-from workers.context.line_tokens import exact_counter
-from workers.context.options import AssemblyOptions
-from workers.context.packing import memoized
-from workers.context.session import FileSession
-from workers.context.warm import warm_file
+from context.assemble import assemble_context
+from context.options import AssemblyOptions
+from context.packing.line_tokens import exact_counter
+from context.packing.pack import memoized
+from context.session import FileSession
+from context.warm import warm_file
 
 
 def _percentile(values: list[float], pct: float) -> float:

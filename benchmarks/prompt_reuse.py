@@ -16,13 +16,13 @@ import random
 import sys
 from pathlib import Path
 
+from context.assemble import assemble_context
+from context.packing.line_tokens import exact_counter
+from context.packing.pack import memoized
+from context.session import FileSession
+from context.warm import warm_file
 from serving.fim import fim_prompt
 from syntax.textdiff import common_prefix_len
-from workers.context.assemble import assemble_context
-from workers.context.line_tokens import exact_counter
-from workers.context.packing import memoized
-from workers.context.session import FileSession
-from workers.context.warm import warm_file
 
 
 def bench_file(path: Path, count_tokens, spots: int, step: int, seed: int) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]

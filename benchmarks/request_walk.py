@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from context.prepare import ContextPreparer
+from context.session import FileSessions
 from ctxpress.evaluation.bench import third_party_root
 from ctxpress.evaluation.cases import cut_out
 from ctxpress_core.settings import Settings, get_settings
 from ctxpress_core.wire.v1 import CompletionRequest, content_hash
 from syntax.warm import warm_up
-from workers.completion.context import ContextPreparer
 from workers.completion.worker import load_tokenizer
-from workers.context.session import FileSessions
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 FILE = "engine/result.py"

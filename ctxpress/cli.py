@@ -136,10 +136,10 @@ def _cmd_serve_http(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _explain(argv: list[str]) -> int:
-    # A process of its own: context assembly lives in workers/, which nothing imports.
-    import subprocess
+    from ctxpress.explain import main as explain
+    from ctxpress.explain import model_token_counter
 
-    return subprocess.call([sys.executable, "-m", "workers.context.cli", *argv])
+    return explain(argv, count_tokens=model_token_counter())
 
 
 _WORKER_MODULES = {"completion": "workers.completion", "index": "workers.index_worker", "gateway": "workers.gateway"}

@@ -73,5 +73,5 @@ register("block_in_middle", "the enclosing block up to the cursor opens the FIM 
 register("steady_excerpts", "while the file changes only inside the enclosing block, the excerpts chosen for it "
          "stay as they were, so a keystroke changes only the prompt's tail (and its KV)")
 register("stable_head", "the file's imports and outline first, the same for every cursor in the file, so a jump "
-         "to another function reuses its KV (workers/context/file_head.py)", default=False)
+         "to another function reuses its KV (context/sources/file_head.py)", default=False)
 register("prewarm", "on file_opened, process the stable part of the file's prompt in the background")

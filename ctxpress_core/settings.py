@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     # 2,048 so a cold baseline prompt stays within tens of seconds on a 2-core CPU engine.
     baseline_budget_tokens: int = 2048
     context_budget_tokens: int = 1024  # optimized mode: the seed's personal-scale budget
-    # stable_head: the share of that budget the file's head takes (workers/context/file_head.py)
+    # stable_head: the share of that budget the file's head takes (context/sources/file_head.py)
     context_head_share: float = Field(default=DEFAULT_HEAD_SHARE, ge=0.0, le=0.9)
     # Above this much CPU time, optimized context assembly gives up and the baseline window is used.
     assembly_timeout_ms: float = 20.0
@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     index_max_deliver: int = Field(default=20, ge=2, le=1000)
     retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
     retrieval_top_k: int = 6
-    retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see workers/context/retrieval.py)
+    retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see context/sources/retrieval.py)
 
     # Supervisor (ctxpress/supervisor.py): restarts an embedded part whose process is gone, after a backoff
     # doubling from initial to max that starts over once the part has stayed up reset_s.

@@ -22,14 +22,14 @@ from ctxpress_core.wire.v1 import ErrorBody
 # without the project installed (build_engines stands alone; the git hook's publisher runs on the standard
 # library only).
 NOT_ERRORS = {"serving.generation.GaveWay", "ctxpress.http.upstream.Superseded", "ctxpress.lsp.server._NotAPipe",
-              "workers.context.assemble._Timeout", "workers.context.assemble._ParseFailure",
-              "workers.context.assemble._BlockOverBudget"}
+              "context.assemble._Timeout", "context.assemble._ParseFailure",
+              "context.assemble._BlockOverBudget"}
 STANDALONE = ("build_engines", "indexer.hook_publish")
 
 
 def project_exceptions() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
-    for package in ("ctxpress", "ctxpress_core", "workers", "indexer", "syntax", "serving", "db"):
+    for package in ("ctxpress", "ctxpress_core", "workers", "context", "indexer", "syntax", "serving", "db"):
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, f"{package}."):
             if info.name.startswith(STANDALONE):

@@ -19,6 +19,9 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from prometheus_client import start_http_server
 
+from context.packing.line_tokens import exact_counter
+from context.packing.pack import memoized
+from context.sources.retrieval import Retriever
 from ctxpress_core import nats_connect
 from ctxpress_core.identity import (
     service_connect_options,
@@ -34,9 +37,6 @@ from serving.triton_client import TritonCompletionClient
 from syntax.warm import warm_up
 from workers import metrics
 from workers.completion.service import CompletionService
-from workers.context.line_tokens import exact_counter
-from workers.context.packing import memoized
-from workers.context.retrieval import Retriever
 from workers.grants import Grants
 from workers.process import run_service
 from workers.telemetry import TelemetryWriter
