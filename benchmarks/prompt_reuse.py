@@ -18,7 +18,7 @@ from pathlib import Path
 
 from context.assemble import assemble_context
 from context.packing.line_tokens import exact_counter
-from context.packing.pack import memoized
+from context.packing.memo import memoized
 from context.session import FileSession
 from context.warm import warm_file
 from serving.fim import fim_prompt

@@ -25,14 +25,13 @@ from context import steady
 from context.model import AssembledContext, ContextBlock
 from context.options import DEFAULT_OPTIONS, AssemblyOptions
 from context.packing.line_tokens import LineRangeTokens, exact_counter, line_range_estimator
+from context.packing.memo import TokenCounter, memoized
 from context.packing.pack import (
     TIER_REFERENCED,
     Candidate,
     Form,
     Rendered,
-    TokenCounter,
     form_tokens,
-    memoized,
     merge_duplicates,
     pack,
     render_enclosing,

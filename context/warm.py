@@ -7,7 +7,7 @@ import time
 
 from context.packing.blocks import summary_piece
 from context.packing.line_tokens import exact_counter, warm_line_counts
-from context.packing.pack import TokenCounter, memoized
+from context.packing.memo import TokenCounter, memoized
 from context.session import FileSession
 from context.sources.imports import import_candidates
 from context.sources.similar import index_words

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from itertools import accumulate
 from pathlib import Path
 
-from context.packing.pack import MemoCounter, TokenCounter
+from context.packing.memo import MemoCounter, TokenCounter, memo_counters
 from syntax.parsed_file import EDIT_KEY, ParsedFile
 
 LineRangeTokens = Callable[[int, int], int]
@@ -207,3 +207,9 @@ def take_while_fits(texts: Iterable[str], budget: int, used: int,
         taken.append(text)
         used += cost
     return taken, used, False
+
+
+def memo_sizes() -> tuple[int, int]:
+    """Entries and characters held by the process's token-count memos (the worker's cache metrics)."""
+    memos = memo_counters() + whole_memos()
+    return sum(len(m) for m in memos), sum(m.chars for m in memos)

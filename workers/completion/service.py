@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from context import prompt
 from context.build import ContextLibrary, FileView, Prompt
-from context.packing.pack import memo_sizes
+from context.packing.line_tokens import memo_sizes
 from context.prepare import Prepared
 from context.sources.retrieval import Retriever
 from context.sources.window import MAX_LINE_CHARS, longest_line

@@ -20,7 +20,7 @@ from nats.aio.subscription import Subscription
 from prometheus_client import start_http_server
 
 from context.packing.line_tokens import exact_counter
-from context.packing.pack import memoized
+from context.packing.memo import memoized
 from context.sources.retrieval import Retriever
 from ctxpress_core import nats_connect
 from ctxpress_core.identity import (
