@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from context.prepare import Prepared
 from ctxpress_core.wire.v1 import CompletionRequest
-from serving.fim import FIM_PREFIX, FIM_SUFFIX, fim_markers, fim_prompt
+from serving.fim import FIM_PREFIX, fim_markers, fim_prompt
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,10 @@ def middle_from(request: CompletionRequest, prepared: Prepared) -> int | None:
 
 
 def fim_layout(request: CompletionRequest, prepared: Prepared) -> Layout:
-    """The prompt sent for ``request``: PSM, SPM (``suffix_first``), or with the middle opened early."""
-    suffix_first = request.mode == "optimized" and prepared.features.get("suffix_first", False)
+    """The prompt sent for ``request``: PSM, with the middle opened early when a layout feature says so."""
     middle = middle_from(request, prepared)
-    return Layout(fim_prompt(prepared.prefix, prepared.suffix, suffix_first=suffix_first, middle_from=middle),
-                  fim_markers(prepared.prefix, prepared.suffix, suffix_first=suffix_first, middle_from=middle))
+    return Layout(fim_prompt(prepared.prefix, prepared.suffix, middle_from=middle),
+                  fim_markers(prepared.prefix, prepared.suffix, middle_from=middle))
 
 
 def prewarm_head(request: CompletionRequest, prepared: Prepared) -> Layout | None:
@@ -43,9 +42,6 @@ def prewarm_head(request: CompletionRequest, prepared: Prepared) -> Layout | Non
     if not stable:
         return None
     middle = middle_from(request, prepared)
-    if prepared.features["suffix_first"]:
-        head = FIM_SUFFIX + prepared.suffix + FIM_PREFIX + stable
-        return Layout(head, fim_markers(stable, prepared.suffix, suffix_first=True, within=len(head)))
     if middle is not None:
         prompt = fim_prompt(prepared.prefix, prepared.suffix, middle_from=middle)
         head = prompt[:len(prompt) - (len(prepared.prefix) - middle)]
@@ -55,9 +51,9 @@ def prewarm_head(request: CompletionRequest, prepared: Prepared) -> Layout | Non
 
 def prewarm_file_head(prepared: Prepared) -> Layout | None:
     """The file's head alone (stable_head), for a file opened with no cursor known: the prompt of any cursor in it
-    starts with the head (None: no head, or suffix first, where the suffix comes before it)."""
+    starts with the head (None: no head)."""
     head = prepared.prefix[:prepared.head_chars]
-    if not head or prepared.features["suffix_first"]:
+    if not head:
         return None
     return Layout(FIM_PREFIX + head, (0,))
 
