@@ -66,7 +66,7 @@ e2e: install editor-clients vscode
 # what each subject answered.
 fuzz: install
 	CTXPRESS_FUZZ_EXAMPLES=2500 $(PY) -m pytest -q -s tests/workers/test_fuzz_subjects.py \
-		tests/workers/context/test_fuzz_assemble.py
+		tests/context/test_fuzz_assemble.py
 
 # kill -9 of each part under a bounded load, an appliance per part, and one node of a three-node NATS cluster
 # (docs/reliability.md); about 16 minutes, so not part of `make test` (the `faults` marker is deselected there).

@@ -20,12 +20,12 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from workers.context.assemble import assemble_context
-from workers.context.line_tokens import exact_counter
-from workers.context.options import AssemblyOptions
-from workers.context.packing import memoized
-from workers.context.session import FileSession
-from workers.context.warm import warm_file
+from context.assemble import assemble_context
+from context.options import AssemblyOptions
+from context.packing.line_tokens import exact_counter
+from context.packing.memo import memoized
+from context.session import FileSession
+from context.warm import warm_file
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -136,7 +136,7 @@ def main() -> int:
     args = parser.parse_args()
     options = AssemblyOptions(budget_tokens=args.budget, timeout_ms=1000.0, stable_head=args.stable_head > 0,
                               head_share=args.stable_head or AssemblyOptions.head_share)
-    from ctxpress.core.settings import get_settings
+    from ctxpress_core.settings import get_settings
     from serving.tokenizer import Tokenizer, memoized_counter
     from serving.weights import TARGET, ensure_model
 

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
     if args.model is None:
-        from ctxpress.core.settings import get_settings
+        from ctxpress_core.settings import get_settings
         from serving.weights import TARGET, ensure_model
 
         args.model = ensure_model(TARGET, get_settings().models_dir)

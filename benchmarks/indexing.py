@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from ctxpress.core.settings import Settings, get_settings
+from ctxpress_core.settings import Settings, get_settings
 from db.chunks import search_chunks
 from db.session import engine_for
 
@@ -147,8 +147,8 @@ def freshness(settings: Settings, commits: int, saves: int) -> dict[str, object]
 
 
 async def _saves(settings: Settings, repository: str, n: int) -> list[float]:
-    from ctxpress.core import nats_connect
-    from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved
+    from ctxpress_core import nats_connect
+    from ctxpress_core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved
 
     nc = await nats_connect.connect(settings.effective_nats_url())
     js = nc.jetstream()

@@ -16,13 +16,13 @@ import random
 import sys
 from pathlib import Path
 
-from indexer.syntax.textdiff import common_prefix_len
+from context.assemble import assemble_context
+from context.packing.line_tokens import exact_counter
+from context.packing.memo import memoized
+from context.session import FileSession
+from context.warm import warm_file
 from serving.fim import fim_prompt
-from workers.context.assemble import assemble_context
-from workers.context.line_tokens import exact_counter
-from workers.context.packing import memoized
-from workers.context.session import FileSession
-from workers.context.warm import warm_file
+from syntax.textdiff import common_prefix_len
 
 
 def bench_file(path: Path, count_tokens, spots: int, step: int, seed: int) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
@@ -65,7 +65,7 @@ def main() -> int:
     parser.add_argument("--step", type=int, default=3, help="characters typed between requests")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    from ctxpress.core.settings import get_settings
+    from ctxpress_core.settings import get_settings
     from serving.tokenizer import Tokenizer, memoized_counter
     from serving.weights import TARGET, ensure_model
 

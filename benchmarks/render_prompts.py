@@ -1,7 +1,7 @@
 """Render the prompts the completion worker would send to the model, without the model.
 
 Used to prove a refactor changes no behaviour: the long-eval cases (`make-cases` over SQLAlchemy,
-``--min-lines 2000 --seed 1``) and the typing replay's pauses (one service, so steady excerpts carry from
+``--min-lines 2000 --seed 1``) and the typing replay's pauses (one context library, so steady excerpts carry from
 pause to pause), each prompt's text and FIM markers written one JSON line per request. Two runs' files
 are compared with ``cmp``. Cross-file retrieval is left out: it needs the index and its timeout makes it
 depend on the machine's load.
@@ -12,19 +12,18 @@ depend on the machine's load.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import sys
 from pathlib import Path
 
-from ctxpress.core.settings import get_settings
-from ctxpress.core.wire.v1 import CompletionRequest
+from context.build import ContextLibrary, FileView
 from ctxpress.evaluation.bench import BenchConfig, third_party_root, typing_plan
 from ctxpress.evaluation.cases import cut_out, make_cases
 from ctxpress.evaluation.progress import Progress
-from serving.fim import fim_markers, fim_prompt
-from workers.completion import prompt as layout
-from workers.completion.service import CompletionService
+from ctxpress_core.settings import get_settings
+from ctxpress_core.wire.v1 import CompletionRequest
 from workers.completion.worker import load_tokenizer
 
 LONG_CASES = 100
@@ -33,16 +32,14 @@ LONG_MIN_LINES = 2000
 TYPING_PAUSES = 20
 
 
-def _prompt(service: CompletionService, request: CompletionRequest) -> dict[str, object]:
-    prepared = service.context.prepare(request, request.text or "",
-                                       hashlib.sha256((request.text or "").encode()).hexdigest())
-    suffix_first = prepared.features.get("suffix_first", False)
-    middle_from = layout.middle_from(request, prepared)
-    prompt = fim_prompt(prepared.prefix, prepared.suffix, suffix_first=suffix_first, middle_from=middle_from)
-    markers = fim_markers(prepared.prefix, prepared.suffix, suffix_first=suffix_first, middle_from=middle_from)
+async def _prompt(library: ContextLibrary, request: CompletionRequest) -> dict[str, object]:
+    text = request.text or ""
+    view = FileView(text, hashlib.sha256(text.encode()).hexdigest(), None, (request.repository,))
+    built = await library.build_prompt(request, view, None)
+    prompt = built.layout.text
     return {"path": request.path, "line": request.line, "column": request.column,
-            "sha256": hashlib.sha256(prompt.encode()).hexdigest(), "chars": len(prompt), "markers": markers,
-            "prompt": prompt}
+            "sha256": hashlib.sha256(prompt.encode()).hexdigest(), "chars": len(prompt),
+            "markers": built.layout.markers, "prompt": prompt}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     # a generous assembly deadline: a prompt must not depend on how busy the machine is
     settings = get_settings().model_copy(update={"assembly_timeout_ms": 60_000.0})
-    service = CompletionService(settings, None, load_tokenizer(settings), settings.model_name)  # type: ignore[arg-type]
+    library = ContextLibrary(settings, load_tokenizer(settings), settings.model_name)
     root = third_party_root()
     cases = make_cases(root, LONG_CASES, LONG_SEED, LONG_MIN_LINES)
     cfg = BenchConfig(settings.effective_nats_url(), settings.completion_subject, modes=["optimized"],
@@ -65,12 +62,12 @@ def main(argv: list[str] | None = None) -> int:
             cut, _ = cut_out(text, case.line, case.column)
             request = CompletionRequest(repository="sqlalchemy", path=case.path, text=cut, line=case.line,
                                         column=case.column, mode="optimized")
-            out.write(json.dumps({"set": "long", **_prompt(service, request)}) + "\n")
+            out.write(json.dumps({"set": "long", **asyncio.run(_prompt(library, request))}) + "\n")
             progress.advance(case.path)
         for step in steps:
             request = CompletionRequest(repository="sqlalchemy", path="engine/result.py", text=step.text,
                                         line=step.line, column=step.column, mode="optimized")
-            out.write(json.dumps({"set": "typing", **_prompt(service, request)}) + "\n")
+            out.write(json.dumps({"set": "typing", **asyncio.run(_prompt(library, request))}) + "\n")
             progress.advance("typing")
     print(f"{len(cases)} long-eval prompts and {len(steps)} typing-replay prompts written to {args.out}",
           file=sys.stderr)

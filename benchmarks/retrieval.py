@@ -14,11 +14,11 @@ import statistics
 import sys
 from pathlib import Path
 
-from ctxpress.core.settings import get_settings
+from context.sources.retrieval import Retriever
 from ctxpress.evaluation.cases import cut_out, read_cases
 from ctxpress.evaluation.progress import Progress
+from ctxpress_core.settings import get_settings
 from indexer.embeddings import AsyncTritonEmbedder
-from workers.context.retrieval import Retriever
 
 
 async def run(cases_path: Path, repository: str) -> dict[str, float]:

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("formats", nargs="*", default=["q4_0", "q8_0"], choices=sorted(FTYPES))
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
-    from ctxpress.core.settings import get_settings
+    from ctxpress_core.settings import get_settings
     from serving.weights import TARGET, ensure_model
 
     source = ensure_model(TARGET, get_settings().models_dir)

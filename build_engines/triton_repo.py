@@ -8,7 +8,7 @@ Models (see docs/gpu.md for why the orchestration is a BLS model of ours):
               │     └─ tensorrt_llm         (target, draft_tokens_external)
               └─ postprocessing        (python: detokenize)
 
-Workers only ever call ``ensemble`` with the tensor names of ctxpress/core/inference.py.
+Workers only ever call ``ensemble`` with the tensor names of ctxpress_core/inference.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ ORCHESTRATOR = "ctxpress_speculative"
 
 _TEMPLATES = Path(__file__).parent / "triton_models"
 
-# Worker-facing tensors. They must equal ctxpress/core/inference.py (the tests compare them);
+# Worker-facing tensors. They must equal ctxpress_core/inference.py (the tests compare them);
 # they are repeated here because build_engines may not import serving.
 ENSEMBLE_INPUTS = [
     Tensor("text_input", "TYPE_STRING", (1,)),

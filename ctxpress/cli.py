@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ctxpress.core.settings import Settings, get_settings
+from ctxpress_core.settings import Settings, get_settings
 
 
 def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
@@ -70,9 +70,9 @@ def _cmd_complete(args: argparse.Namespace, settings: Settings) -> int:
 
     request = request_for_file(Path(args.file), args.line, args.column, max_tokens=args.max_tokens, mode=args.mode)
     url, subject, options = settings.effective_nats_url(), settings.completion_subject, {}
-    plaintext = False  # whether a login may go in clear (ctxpress.core.nats_connect): there is none here
+    plaintext = False  # whether a login may go in clear (ctxpress_core.nats_connect): there is none here
     if settings.nats_credentials is not None:  # team mode: as that user, on that user's subject
-        from ctxpress.core.identity import TeamConfigError, load_credentials
+        from ctxpress_core.identity import TeamConfigError, load_credentials
 
         try:
             credentials = load_credentials(settings.nats_credentials)
@@ -136,10 +136,10 @@ def _cmd_serve_http(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _explain(argv: list[str]) -> int:
-    # A process of its own: context assembly lives in workers/, which nothing imports.
-    import subprocess
+    from ctxpress.explain import main as explain
+    from ctxpress.explain import model_token_counter
 
-    return subprocess.call([sys.executable, "-m", "workers.context.cli", *argv])
+    return explain(argv, count_tokens=model_token_counter())
 
 
 _WORKER_MODULES = {"completion": "workers.completion", "index": "workers.index_worker", "gateway": "workers.gateway"}

@@ -10,9 +10,9 @@ from typing import Any
 from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from ctxpress.core import nats_connect
-from ctxpress.core.settings import nats_servers
-from ctxpress.core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
+from ctxpress_core import nats_connect
+from ctxpress_core.settings import nats_servers
+from ctxpress_core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
 
 
 def repository_of(path: Path) -> tuple[str, Path]:
@@ -46,7 +46,7 @@ class CompletionClient:
     def __init__(self, nats_url: str, subject: str = SUBJECT_COMPLETE, timeout_s: float = 120.0,
                  connect_options: dict[str, Any] | None = None, plaintext_credentials: bool = False) -> None:
         """``plaintext_credentials``: the login may go in clear (a credentials file issued without a CA, see
-        ``ctxpress.core.nats_connect``)."""
+        ``ctxpress_core.nats_connect``)."""
         self.nats_url = nats_url
         self.subject = subject
         self.timeout_s = timeout_s

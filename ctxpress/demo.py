@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxpress.client import CompletionClient, repository_of
-from ctxpress.core.wire.v1 import CompletionRequest, FileOpened
+from ctxpress_core.wire.v1 import CompletionRequest, FileOpened
 
 
 def default_demo_file() -> Path:

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxpress import team
-from ctxpress.core import identity
-from ctxpress.core.private_files import write_private_file
-from ctxpress.core.settings import Settings
-from ctxpress.core.tls import TlsFiles, generate, tls_dir
 from ctxpress.parts.nats_server import max_payload
+from ctxpress_core import identity
+from ctxpress_core.private_files import write_private_file
+from ctxpress_core.settings import Settings
+from ctxpress_core.tls import TlsFiles, generate, tls_dir
 
 DATABASE_DIR = "database"
 # NATS keeps its monitoring endpoint (connections, subjects) on loopback: health checks run beside the server.

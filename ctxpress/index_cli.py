@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from ctxpress.core.settings import Settings
+from ctxpress_core.settings import Settings
 
 
 class _Progress:
@@ -59,7 +59,7 @@ def _fail(message: str, code: int = 1) -> int:
 def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError
 
-    from ctxpress.core.errors import EmbeddingError
+    from ctxpress_core.errors import EmbeddingError
     from indexer.embeddings import TritonEmbedder
     from indexer.pipeline import Indexer
     from indexer.walk import WalkError, index_root
@@ -121,7 +121,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError
     from sqlalchemy.orm import Session
 
-    from ctxpress.core.errors import EmbeddingError
+    from ctxpress_core.errors import EmbeddingError
     from db.chunks import search_chunks
     from db.session import engine_for
     from indexer.chunks import identifier_words
@@ -165,7 +165,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_hooks(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.core.identity import TeamConfigError, load_credentials
+    from ctxpress_core.identity import TeamConfigError, load_credentials
     from indexer import hooks
     from indexer.walk import WalkError, repo_root
 
@@ -200,7 +200,7 @@ def _ensure_stream(settings: Settings) -> None:
     import asyncio
 
     async def go() -> None:
-        from ctxpress.core import nats_connect
+        from ctxpress_core import nats_connect
         from indexer.stream import ensure_stream
 
         nc = await nats_connect.connect(settings.nats_servers(), connect_timeout=1, max_reconnect_attempts=0,

@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from ctxpress.core.settings import Settings, get_settings
 from ctxpress.parts import START_TIMEOUTS, parts
 from ctxpress.parts.base import Part
 from ctxpress.parts.nats_server import NatsPart
 from ctxpress.parts.process import group_alive
 from ctxpress.parts.supervisor import SupervisorPart
+from ctxpress_core.settings import Settings, get_settings
 
 log = logging.getLogger("ctxpress.supervisor")
 

@@ -1,6 +1,6 @@
 """Team mode's nats-server side: the authorization block the project writes for its users and services,
 reloading it, and what ``ctxpress up`` does for team mode. Identity itself (subjects, credentials, what
-a client connects with) is ``ctxpress.core.identity``, shared with the workers.
+a client connects with) is ``ctxpress_core.identity``, shared with the workers.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ctxpress.core.identity import (
+from ctxpress_core.identity import (
     AUTHORIZATION_FILE,
     COMPLETION_KINDS,
     GATEWAY_USER,
@@ -42,8 +42,8 @@ from ctxpress.core.identity import (
     user_subject,
     write_private_file,
 )
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_INDEX_DEAD
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_INDEX_DEAD
 from indexer.stream import dead_letter_stream
 
 # --- the nats-server authorization block ---------------------------------------------------------------

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxpress.core.settings import Settings
+from ctxpress_core.settings import Settings
 
 
 def _fail(message: str, code: int = 1) -> int:
@@ -33,7 +33,7 @@ def _repositories(value: str) -> list[str]:
 
 def _emit(text: str, out: Path | None, what: str) -> None:
     """A credentials file: to ``out`` (owner-only) or to stdout, for the admin to hand over."""
-    from ctxpress.core.identity import write_private_file
+    from ctxpress_core.identity import write_private_file
 
     if out is None:
         sys.stdout.write(text)
@@ -43,7 +43,7 @@ def _emit(text: str, out: Path | None, what: str) -> None:
 
 
 def _emit_credentials(settings: Settings, args: argparse.Namespace, name: str, password: str) -> None:
-    from ctxpress.core import identity
+    from ctxpress_core import identity
 
     credentials = identity.NatsCredentials(args.url or identity.public_nats_url(settings), name, password,
                                            identity.client_ca(settings))
@@ -54,7 +54,7 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError
 
     from ctxpress import team
-    from ctxpress.core import identity
+    from ctxpress_core import identity
     from db import team as store
     from db.migrations import migrate
 
@@ -150,7 +150,7 @@ def _cmd_deploy(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError, ProgrammingError
 
     from ctxpress import deployment
-    from ctxpress.core import identity
+    from ctxpress_core import identity
 
     try:
         if args.action == "setup":

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from ctxpress import deployment
 from ctxpress import topology_spec as spec
-from ctxpress.core import identity
-from ctxpress.core.settings import Settings
+from ctxpress_core import identity
+from ctxpress_core.settings import Settings
 
 PYTHON = sys.executable
 START_TIMEOUT_S = 600.0  # an engine loads its model on two busy cores
@@ -287,7 +287,7 @@ def _logged(needle: str) -> Callable[[Process], bool]:
 
 
 def _engine_ready(http_port: int) -> bool:
-    from ctxpress.core import inference
+    from ctxpress_core import inference
 
     base = f"http://127.0.0.1:{http_port}"
     models = (inference.COMPLETION_MODEL, inference.EMBEDDING_MODEL)

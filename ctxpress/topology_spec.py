@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ctxpress.core.identity import GATEWAY_USER, INDEXER_USER, SERVICE_USERS, USER_KIND_DEVELOPER, WORKER_USER
-from ctxpress.core.settings import Settings
+from ctxpress_core.identity import GATEWAY_USER, INDEXER_USER, SERVICE_USERS, USER_KIND_DEVELOPER, WORKER_USER
+from ctxpress_core.settings import Settings
 
 # Where a container sees the state directory: CTXPRESS_HOME there, and `ctxpress deploy setup --mounted-at`.
 HOME = "/team"

@@ -22,7 +22,7 @@ from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, exists, f
 from sqlalchemy.dialects.postgresql import distinct_on, insert
 from sqlalchemy.orm import Session, aliased
 
-from ctxpress.core.errors import CtxpressError
+from ctxpress_core.errors import CtxpressError
 from db.models import CodeChunk, IndexedFile, Repository
 
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.): damps the weight of the top ranks

@@ -26,9 +26,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxpress.core.database import DB_USER, PASSWORD_FILE, database_url
-from ctxpress.core.errors import CtxpressError
-from ctxpress.core.private_files import new_private_file, write_private_file
+from ctxpress_core.database import DB_USER, PASSWORD_FILE, database_url
+from ctxpress_core.errors import CtxpressError
+from ctxpress_core.private_files import new_private_file, write_private_file
 
 
 def _bin_path() -> Path:
@@ -117,7 +117,7 @@ class EmbeddedPostgres:
     def password(self) -> str:
         """The superuser's password, generated (192 random bits) and stored owner-only on first use."""
         if not self.password_file.exists():
-            # not a guessable temporary name: the server's system user owns this folder (ctxpress.core.private_files)
+            # not a guessable temporary name: the server's system user owns this folder (ctxpress_core.private_files)
             write_private_file(self.password_file, secrets.token_urlsafe(24) + "\n")
         return self.password_file.read_text().strip()
 

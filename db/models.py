@@ -13,7 +13,7 @@ from sqlalchemy import BigInteger, Boolean, Computed, DateTime, ForeignKey, Inte
 from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from ctxpress.core.inference import EMBEDDING_DIM
+from ctxpress_core.inference import EMBEDDING_DIM
 
 
 class Base(DeclarativeBase):

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
-from ctxpress.core.errors import CtxpressError
+from ctxpress_core.errors import CtxpressError
 from db.session import engine_for
 
 

@@ -15,12 +15,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from ctxpress.core.errors import CtxpressError
-from indexer.summaries import summarize
-from indexer.syntax.parsed_file import ParsedFile, parse_text
-from indexer.syntax.symbols.model import CLASS_KINDS, FUNCTION_KINDS, FileSymbols, Symbol
-from indexer.syntax.symbols.table import extract_symbols
-from indexer.syntax.wide_errors import has_wide_error
+from ctxpress_core.errors import CtxpressError
+from syntax.parsed_file import ParsedFile, parse_text
+from syntax.summaries import summarize
+from syntax.symbols.model import CLASS_KINDS, FUNCTION_KINDS, FileSymbols, Symbol
+from syntax.symbols.table import extract_symbols
+from syntax.wide_errors import has_wide_error
 
 # A body beyond this many characters is cut in the stored content (the embedding sees the first
 # ~128 tokens anyway; the context packer takes summaries of large blocks).

@@ -18,8 +18,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aio_grpcclient
 from tritonclient.utils import InferenceServerException
 
-from ctxpress.core import inference
-from ctxpress.core.errors import EmbeddingError
+from ctxpress_core import inference
+from ctxpress_core.errors import EmbeddingError
 
 CLIENT_BATCH = 16
 

@@ -6,7 +6,7 @@ in ~20 ms, and a minimal NATS client (CONNECT, SUB, PUB with a reply inbox, wait
 JetStream ack) finishes in a few more, so the hook never slows a commit down. When NATS cannot
 be reached it says so in one line and exits 0: a commit never fails because of us.
 
-The message (``ctxpress.core.wire.v1.IndexEvent``) carries the content of every changed path at the
+The message (``ctxpress_core.wire.v1.IndexEvent``) carries the content of every changed path at the
 new commit, so the index worker needs no access to this disk. Secrets (``indexer.filters``) are
 never read, and binaries and files over the size limit are sent as names only.
 """
@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from indexer.filters import DEFAULT_MAX_FILE_BYTES, content_reason, path_reason  # noqa: E402
 
-SUBJECT = "ctxpress.v1.index.git"  # ctxpress.core.wire.v1.SUBJECT_INDEX_GIT (this script runs without the package)
-HOOKS_USER = "hooks"  # ctxpress.core.identity.HOOKS_USER
-# A developer's own events, checked against their grants: ctxpress.core.identity.user_subject(user, "index_git")
+SUBJECT = "ctxpress.v1.index.git"  # ctxpress_core.wire.v1.SUBJECT_INDEX_GIT (this script runs without the package)
+HOOKS_USER = "hooks"  # ctxpress_core.identity.HOOKS_USER
+# A developer's own events, checked against their grants: ctxpress_core.identity.user_subject(user, "index_git")
 USER_SUBJECT = "ctxpress.v1.u.{user}.index_git"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 CONNECT_TIMEOUT_S = 0.5
@@ -183,7 +183,7 @@ def split_messages(event: dict[str, object], changes: list[dict[str, str | None]
 
 def read_credentials(path: str) -> tuple[str, str, str, str | None]:
     """(url, user, password, CA certificate or None) of a ctxpress credentials file (what
-    ctxpress.core.identity.load_credentials reads; JSON, so the standard library is enough)."""
+    ctxpress_core.identity.load_credentials reads; JSON, so the standard library is enough)."""
     try:
         raw = json.loads(Path(path).read_text())
         ca = raw.get("ca")
@@ -210,7 +210,7 @@ class TinyNats:
         self.info = json.loads(info[5:])
         if (parts.scheme == "tls" or ca) and not self.info.get("tls_required"):
             # TLS was asked for (a tls:// URL, or the appliance's CA): a server that does not require it may be
-            # one answering in its place, waiting for the password in clear (ctxpress.core.nats_connect)
+            # one answering in its place, waiting for the password in clear (ctxpress_core.nats_connect)
             self.sock.close()
             raise PublishError(f"{url} did not offer TLS, which the hook's configuration requires; nothing sent")
         if self.info.get("tls_required"):
@@ -251,7 +251,7 @@ class TinyNats:
 
     def publish_all(self, subject: str, payloads: list[bytes], timeout_s: float) -> list[int]:
         """Publish and wait for every JetStream ack; returns the stream sequences."""
-        # A user in team mode may subscribe only under _INBOX.<user> (ctxpress.core.identity.inbox_prefix).
+        # A user in team mode may subscribe only under _INBOX.<user> (ctxpress_core.identity.inbox_prefix).
         owner = f"{self.user}." if self.user and self.password else ""
         inbox = f"_INBOX.{owner}{secrets.token_hex(8)}"
         out = [f"SUB {inbox}.* 1\r\n".encode()]

@@ -24,7 +24,7 @@ import numpy as np
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from ctxpress.core import inference
+from ctxpress_core import inference
 from db import chunks as store
 from db.session import engine_for
 from indexer.chunks import Chunk, ChunkingError, FileChunks, chunk_file

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ctxpress.core.errors import CtxpressError
+from ctxpress_core.errors import CtxpressError
 from indexer.chunks import Chunk
 from indexer.filters import DEFAULT_MAX_FILE_BYTES
 

@@ -16,9 +16,9 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
-from ctxpress.core.identity import user_subject
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_DEAD, SUBJECT_INDEX_GIT
+from ctxpress_core.identity import user_subject
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_DEAD, SUBJECT_INDEX_GIT
 
 log = logging.getLogger("ctxpress.index.stream")
 

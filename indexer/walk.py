@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxpress.core.errors import CtxpressError
+from ctxpress_core.errors import CtxpressError
 from indexer.filters import DEFAULT_MAX_FILE_BYTES, content_reason, path_reason
-from indexer.syntax.grammars import detect_language, is_supported
+from syntax.grammars import detect_language, is_supported
 
 
 class WalkError(CtxpressError):

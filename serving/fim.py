@@ -32,33 +32,24 @@ STOP_WORDS: tuple[str, ...] = (
 TEMPLATE_MARKERS: tuple[str, ...] = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
 
 
-def fim_markers(prefix: str, suffix: str, *, suffix_first: bool = False, middle_from: int | None = None,
+def fim_markers(prefix: str, suffix: str, *, middle_from: int | None = None,
                 within: int | None = None) -> tuple[int, ...]:
     """Where ``fim_prompt`` (same arguments) puts its markers: character offsets into the prompt. ``within``:
     only the markers wholly inside the prompt's first ``within`` characters (a head of it)."""
-    if suffix_first:
-        spans = [(0, FIM_SUFFIX), (len(FIM_SUFFIX) + len(suffix), FIM_PREFIX),
-                 (len(FIM_SUFFIX) + len(suffix) + len(FIM_PREFIX) + len(prefix), FIM_MIDDLE)]
-    else:
-        cut = len(prefix) if middle_from is None else max(0, min(middle_from, len(prefix)))
-        at_suffix = len(FIM_PREFIX) + cut
-        spans = [(0, FIM_PREFIX), (at_suffix, FIM_SUFFIX), (at_suffix + len(FIM_SUFFIX) + len(suffix), FIM_MIDDLE)]
+    cut = len(prefix) if middle_from is None else max(0, min(middle_from, len(prefix)))
+    at_suffix = len(FIM_PREFIX) + cut
+    spans = [(0, FIM_PREFIX), (at_suffix, FIM_SUFFIX), (at_suffix + len(FIM_SUFFIX) + len(suffix), FIM_MIDDLE)]
     return tuple(at for at, marker in spans if within is None or at + len(marker) <= within)
 
 
-def fim_prompt(prefix: str, suffix: str, *, suffix_first: bool = False, middle_from: int | None = None) -> str:
-    """Prefix-suffix-middle order (PSM, what the model card shows), or suffix-prefix-middle.
+def fim_prompt(prefix: str, suffix: str, *, middle_from: int | None = None) -> str:
+    """Prefix-suffix-middle order (PSM, what the model card shows; the model does not take SPM).
 
-    SPM puts the code after the cursor first: while the user types, that part does not change,
-    so the engine's cached KV covers all of the prompt but the newly typed characters. In PSM the
-    suffix follows the typed text and is processed again on every keystroke. The model does not
-    take SPM (measured: no suggestion matched); ``middle_from`` gets the same effect in PSM: the
-    prefix from that offset on (the cursor line, or the block being written) opens the middle, as
-    if the model had written it, so what the user types lands at the very end of the prompt and
-    what comes before it stays the same from one keystroke to the next.
+    In PSM the suffix follows the typed text and is processed again on every keystroke.
+    ``middle_from`` keeps it: the prefix from that offset on (the cursor line, or the block being
+    written) opens the middle, as if the model had written it, so what the user types lands at the
+    very end of the prompt and what comes before it stays the same from one keystroke to the next.
     """
-    if suffix_first:
-        return f"{FIM_SUFFIX}{suffix}{FIM_PREFIX}{prefix}{FIM_MIDDLE}"
     if middle_from is not None:
         cut = max(0, min(middle_from, len(prefix)))
         return f"{FIM_PREFIX}{prefix[:cut]}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}{prefix[cut:]}"

@@ -1,36 +1,26 @@
-"""Async client for the completion model behind Triton (gRPC, streaming).
+"""The product's ``CompletionEngine`` (serving/engine_api.py): an async client for the completion model
+behind Triton (gRPC, streaming).
 
-The same code talks to the embedded CPU engine and to a TensorRT-LLM deployment: it
-only uses the tensor names of ``ctxpress.core.inference``. Always the streaming API, which
-works for decoupled and non-decoupled models alike.
+The same code talks to the embedded CPU engine and to a TensorRT-LLM deployment: it only uses the tensor
+names of ``ctxpress_core.inference``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 
 import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from ctxpress.core import inference
-from ctxpress.core.errors import InferenceError, InferenceTimeout, InferenceUnavailable
+from ctxpress_core import inference
+from ctxpress_core.errors import InferenceError, InferenceTimeout, InferenceUnavailable
+from serving.engine_api import EngineRequest, Piece
 
 log = logging.getLogger("ctxpress.triton_client")
-
-
-@dataclass
-class CompletionResult:
-    text: str
-    finish_reason: str | None = None
-    figures: dict[str, int] = field(default_factory=dict)
-    first_token_ms: float = 0.0
-    total_ms: float = 0.0
 
 
 _FIGURE_NAMES = (
@@ -82,66 +72,18 @@ class TritonCompletionClient:
         self.url = url
         self.model = model
         self._client = grpcclient.InferenceServerClient(url=url)
-        self._cancels: set[asyncio.Task[None]] = set()
         self.cancel_model_missing = False  # a GPU deployment stops on stream cancellation alone
 
     async def close(self) -> None:
         await self._client.close()
 
-    async def complete(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        temperature: float = 0.0,
-        stop_words: Sequence[str] = (),
-        timeout_s: float = 30.0,
-        cache_key: str | None = None,
-        speculation: str | None = None,
-        request_id: str | None = None,
-        template_markers: Sequence[int] | None = None,
-    ) -> CompletionResult:
-        """``cache_key``: the file the prompt belongs to (the engine keeps its KV); ``speculation``:
-        the speculative decoding mode for this request (None: the engine's default);
-        ``request_id``: lets a cancelled or timed-out call stop the engine's work on it (the engine
-        is also told ``timeout_s``, past which it drops the request by itself); ``template_markers``: where
-        in ``prompt`` the template put its special tokens (serving.fim.fim_markers): the engine reads every
-        other character as text, so a file's own "<|fim_middle|>" cannot steer the model."""
-        started = time.perf_counter()
-        result = CompletionResult(text="")
-        pieces: list[str] = []
-        try:
-            async with asyncio.timeout(timeout_s):
-                async for text, figures, finish in self._stream(prompt, max_tokens, temperature, stop_words,
-                                                                cache_key, speculation, request_id,
-                                                                int(timeout_s * 1000), template_markers):
-                    if text and not pieces:
-                        result.first_token_ms = (time.perf_counter() - started) * 1000
-                    if text:
-                        pieces.append(text)
-                    result.figures.update(figures)
-                    result.finish_reason = finish or result.finish_reason
-        except TimeoutError as exc:
-            self._cancel_later(request_id)
-            raise InferenceTimeout(f"no answer from Triton at {self.url} within {timeout_s:.1f}s") from exc
-        except asyncio.CancelledError:
-            self._cancel_later(request_id)
-            raise
-        result.text = "".join(pieces)
-        result.total_ms = (time.perf_counter() - started) * 1000
-        return result
-
-    def _cancel_later(self, request_id: str | None) -> None:
-        """Tell the engine, without waiting, that nobody reads this request's answer any more."""
-        if request_id is None or self.cancel_model_missing:
-            return
-        task = asyncio.get_running_loop().create_task(self.cancel(request_id))
-        self._cancels.add(task)
-        task.add_done_callback(self._cancels.discard)
+    def __str__(self) -> str:
+        return f"Triton at {self.url}"
 
     async def cancel(self, request_id: str) -> bool:
-        """Abandon a request on the engine (dropped if queued, stopped at its next step if running).
-        True when the engine knew it; never raises (a failed cancel leaves the deadline to stop it)."""
+        """``CompletionEngine.cancel``: through the engine's cancel model."""
+        if self.cancel_model_missing:
+            return False
         tensor = grpcclient.InferInput(inference.CTX_REQUEST_ID, [1], "BYTES")  # the model does not batch
         tensor.set_data_from_numpy(np.array([request_id.encode()], dtype=object))
         try:
@@ -159,14 +101,13 @@ class TritonCompletionClient:
         ok = reply.as_numpy("ok")
         return bool(ok is not None and ok.size and int(ok.reshape(-1)[0]))
 
-    async def _stream(
-        self, prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str],
-        cache_key: str | None = None, speculation: str | None = None, request_id: str | None = None,
-        deadline_ms: int | None = None, template_markers: Sequence[int] | None = None,
-    ) -> AsyncIterator[tuple[str, dict[str, int], str | None]]:
-        inputs = _inputs(prompt, max_tokens, temperature, stop_words, stream=True, cache_key=cache_key,
-                         speculation=speculation, request_id=request_id, deadline_ms=deadline_ms,
-                         template_markers=template_markers)
+    async def stream(self, request: EngineRequest) -> AsyncIterator[Piece]:
+        """``CompletionEngine.stream``: Triton's streaming API, which works for decoupled and non-decoupled
+        models alike."""
+        inputs = _inputs(request.prompt, request.max_tokens, request.temperature, request.stop_words, stream=True,
+                         cache_key=request.cache_key, speculation=request.speculation,
+                         request_id=request.request_id, deadline_ms=request.deadline_ms,
+                         template_markers=request.template_markers)
 
         async def requests() -> AsyncIterator[dict[str, object]]:
             yield {"model_name": self.model, "inputs": inputs, "enable_empty_final_response": True}
@@ -194,7 +135,7 @@ class TritonCompletionClient:
                 if finish_raw is not None and finish_raw.size:
                     item = finish_raw.reshape(-1)[0]
                     finish = item.decode() if isinstance(item, bytes) else str(item)
-                yield text, figures, finish
+                yield Piece(text, figures, finish)
                 params = response.get_response(as_json=True).get("parameters", {})
                 if params.get("triton_final_response", {}).get("bool_param"):
                     break

@@ -1,7 +1,7 @@
 """The embedded Triton Inference Server: pytriton's bundled tritonserver serving the CPU engine.
 
 Run as its own process (``python -m serving.triton_server``); ``ctxpress up`` starts it.
-The model is named and shaped like TensorRT-LLM's ``ensemble`` (see ``ctxpress.core.inference``)
+The model is named and shaped like TensorRT-LLM's ``ensemble`` (see ``ctxpress_core.inference``)
 and is decoupled, so clients stream over gRPC exactly as they would against a GPU
 deployment.
 """
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ctxpress.core import inference
-from ctxpress.core.settings import Settings, get_settings
+from ctxpress_core import inference
+from ctxpress_core.settings import Settings, get_settings
 from serving.abandoned import AbandonedRequests
 from serving.cpu_engine import LlamaEngine
 from serving.engine_config import EngineConfig

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxpress.core.errors import CtxpressError
-from ctxpress.core.settings import Settings
+from ctxpress_core.errors import CtxpressError
+from ctxpress_core.settings import Settings
 
 
 @dataclass(frozen=True)

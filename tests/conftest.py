@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxpress.core.settings import Settings
+from ctxpress_core.settings import Settings
 from indexer.embeddings import TritonEmbedder
 from serving.tokenizer import Tokenizer
 
@@ -69,7 +69,7 @@ def appliance_env(home: Path, model: Path, **extra: str) -> dict[str, str]:
         "CTXPRESS_N_CTX": "2048",
         # Tests share 2 cores with the model and with each other: the product's 30 ms database
         # deadline would turn functional retrieval tests into load tests. The deadline itself is
-        # tested with its own retriever (tests/workers/context/test_retrieval.py).
+        # tested with its own retriever (tests/context/test_retrieval.py).
         "CTXPRESS_RETRIEVAL_TIMEOUT_MS": "3000",
         **extra,
     })

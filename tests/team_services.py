@@ -12,9 +12,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ctxpress import team
-from ctxpress.core import identity
-from ctxpress.core.settings import Settings
 from ctxpress.parts.nats_server import NatsPart
+from ctxpress_core import identity
+from ctxpress_core.settings import Settings
 from db import team as store
 from db.embedded import EmbeddedPostgres
 from db.migrations import migrate

@@ -16,7 +16,8 @@ def test_import_contracts_are_kept() -> None:
     assert "0 broken" in run.stdout
 
 
-PACKAGES = ("benchmarks", "build_engines", "ctxpress", "db", "indexer", "serving", "workers", "tests")
+PACKAGES = ("benchmarks", "build_engines", "context", "ctxpress", "ctxpress_core", "db", "indexer", "serving", "syntax",
+            "workers", "tests")
 
 
 def test_every_import_of_a_project_module_names_one_that_exists() -> None:

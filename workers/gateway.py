@@ -24,9 +24,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError, TimeoutError
 
-from ctxpress.core import nats_connect
-from ctxpress.core.errors import ErrorCode
-from ctxpress.core.identity import (
+from ctxpress_core import nats_connect
+from ctxpress_core.errors import ErrorCode
+from ctxpress_core.identity import (
     GATEWAY_USER,
     forwarded_to_shard,
     service_connect_options,
@@ -34,8 +34,8 @@ from ctxpress.core.identity import (
     team_mode,
     user_subject,
 )
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorResponse
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorResponse
 from workers.process import run_service
 from workers.sharding import shard_for
 

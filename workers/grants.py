@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from ctxpress.core.errors import Forbidden, GrantsUnavailable
+from ctxpress_core.errors import Forbidden, GrantsUnavailable
 from db.team import repositories_of
 
 log = logging.getLogger("ctxpress.worker.grants")

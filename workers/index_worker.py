@@ -26,11 +26,11 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from pydantic import ValidationError
 
-from ctxpress.core import nats_connect
-from ctxpress.core.errors import Forbidden, GrantsUnavailable
-from ctxpress.core.identity import INDEXER_USER, service_connect_options, subject_kind, subject_user, team_mode
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import (
+from ctxpress_core import nats_connect
+from ctxpress_core.errors import Forbidden, GrantsUnavailable
+from ctxpress_core.identity import INDEXER_USER, service_connect_options, subject_kind, subject_user, team_mode
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import (
     HEADER_DEAD_DELIVERIES,
     HEADER_DEAD_ERROR,
     HEADER_DEAD_SUBJECT,
@@ -277,7 +277,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     indexer = Indexer(settings.effective_database_url(), embedder, settings.index_max_file_bytes)
     grants = Grants(settings.effective_database_url()) if team_mode(settings) else None
     worker = IndexWorker(settings, indexer, grants)
-    # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress.core.nats_connect)
+    # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress_core.nats_connect)
     nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-index-worker", max_reconnect_attempts=-1,
                                     plaintext_credentials=not settings.nats_tls, **connect_options)
     js = nc.jetstream()

@@ -7,8 +7,8 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
-from ctxpress.core.identity import TeamConfigError
-from ctxpress.core.settings import Settings, get_settings
+from ctxpress_core.identity import TeamConfigError
+from ctxpress_core.settings import Settings, get_settings
 
 Service = Callable[[Settings, asyncio.Event], Awaitable[None]]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 
-from ctxpress.core.wire.v1 import SUBJECT_COMPLETE
+from ctxpress_core.wire.v1 import SUBJECT_COMPLETE
 
 GATEWAY_SUBJECT = SUBJECT_COMPLETE
 SHARD_SUBJECT_PREFIX = GATEWAY_SUBJECT + "."

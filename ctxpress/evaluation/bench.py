@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from ctxpress.client import CompletionClient
-from ctxpress.core.wire.v1 import CompletionRequest, FileOpened
 from ctxpress.evaluation.bench_report import Sample, summarise
 from ctxpress.evaluation.cases import Case, cut_out, make_cases
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.scenarios import SCENARIOS
 from ctxpress.evaluation.scoring import first_line
+from ctxpress_core.wire.v1 import CompletionRequest, FileOpened
 
 MODES = ("baseline", "optimized")
 REOPEN_LABELS = ("cold", "reopened", "warm")
@@ -157,8 +157,8 @@ def typing_pauses(body: str, cps: float, debounce_ms: float, seed: int) -> list[
 
 def pick_function(text: str) -> tuple[int, int] | None:
     """A function body of 6-30 lines: (start offset of its first body line, end offset)."""
-    from indexer.syntax.parsed_file import parse_text
-    from indexer.syntax.symbols.table import extract_symbols
+    from syntax.parsed_file import parse_text
+    from syntax.symbols.table import extract_symbols
 
     table = extract_symbols(parse_text(text, "python", "<bench>"))
     source = text.encode("utf-8")

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from indexer.syntax.grammars import detect_language, is_supported
-from indexer.syntax.parsed_file import parse_text
-from indexer.syntax.symbols.table import extract_symbols
+from syntax.grammars import detect_language, is_supported
+from syntax.parsed_file import parse_text
+from syntax.symbols.table import extract_symbols
 
 FUNCTION_KINDS = frozenset({"function", "method", "constructor"})
 _COMMENT_STARTS = ("#", "//", "/*", "*", "--", '"""', "'''")

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxpress.core.features import parse_list
-from ctxpress.core.settings import Settings
 from ctxpress.evaluation.scenarios import SCENARIOS
+from ctxpress_core.features import parse_list
+from ctxpress_core.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -219,11 +219,11 @@ def _shards(settings: Settings) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.core.features import parse_list
     from ctxpress.evaluation.bench import BenchConfig, run_bench
     from ctxpress.evaluation.bench_report import final_line, report_lines
     from ctxpress.evaluation.busy import BackgroundLoad
     from ctxpress.evaluation.scenarios import DEFAULT_SCENARIOS
+    from ctxpress_core.features import parse_list
 
     modes = ["baseline", "optimized"] if args.mode == "both" else [args.mode]
     try:

@@ -157,7 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.model is None:
-        from ctxpress.core.settings import get_settings
+        from ctxpress_core.settings import get_settings
         from serving.weights import TARGET, ensure_model
 
         args.model = ensure_model(TARGET, get_settings().models_dir)

@@ -28,12 +28,12 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from ctxpress.client import CompletionClient
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import FileOpened
 from ctxpress.evaluation.bench import BenchConfig, _step_request, third_party_root, typing_plan
 from ctxpress.evaluation.bench_report import Sample
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import FileOpened
 
 EDITOR_TIMEOUT_MS = 30_000  # what `ctxpress lsp` gives a request by default
 MIN_LINES, MAX_LINES = 150, 4_000

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ctxpress.client import CompletionClient
-from ctxpress.core.wire.v1 import CompletionRequest, FileOpened
 from ctxpress.evaluation.cases import Case, cut_out, iter_case_files
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.scoring import score
+from ctxpress_core.wire.v1 import CompletionRequest, FileOpened
 
 QUALITY_KEYS = ("exact_match", "edit_similarity", "identifier_match", "identifier_f1")
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import nats
 
-from ctxpress.core import identity
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
 from ctxpress.topology import LocalTopology
+from ctxpress_core import identity
 
 REPOSITORY = "bench-shards"
 FILE_LINES = 60

@@ -11,8 +11,6 @@ from collections import Counter
 
 from aiohttp import web
 
-from ctxpress.core.identity import NatsCredentials, TeamConfigError, load_credentials, team_mode
-from ctxpress.core.settings import Settings
 from ctxpress.http import continue_fim, llama_cpp, tabby
 from ctxpress.http.auth import (
     AuthConfigError,
@@ -23,6 +21,8 @@ from ctxpress.http.auth import (
 )
 from ctxpress.http.replies import Handler, HttpError, errors_as_json
 from ctxpress.http.upstream import Upstream
+from ctxpress_core.identity import NatsCredentials, TeamConfigError, load_credentials, team_mode
+from ctxpress_core.settings import Settings
 
 log = logging.getLogger("ctxpress.http")
 

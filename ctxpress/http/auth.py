@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ctxpress.core.errors import CtxpressError
-from ctxpress.core.identity import is_loopback
-from ctxpress.core.settings import Settings
 from ctxpress.http.replies import Handler, error_reply
+from ctxpress_core.errors import CtxpressError
+from ctxpress_core.identity import is_loopback
+from ctxpress_core.settings import Settings
 
 MIN_TOKEN_CHARS = 16
 

@@ -14,10 +14,10 @@ from pathlib import PurePosixPath
 
 from aiohttp import web
 
-from ctxpress.core.languages import language_from_editor, language_from_path
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import MAX_TOKENS_LIMIT, CompletionRequest
 from ctxpress.http.replies import HttpError
+from ctxpress_core.languages import language_from_editor, language_from_path
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import MAX_TOKENS_LIMIT, CompletionRequest
 
 REPOSITORY_HEADER = "X-Ctxpress-Repository"
 PATH_HEADER = "X-Ctxpress-Path"

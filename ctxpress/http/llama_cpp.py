@@ -21,11 +21,11 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import FileOpened
 from ctxpress.http.editing import completion_request, cursor_between, cut_at_stop, max_tokens, where_from
 from ctxpress.http.replies import HttpError, error_reply, json_reply, read_model
 from ctxpress.http.upstream import Superseded, Upstream, server_timing
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import FileOpened
 
 SCENARIO = "http-infill"
 

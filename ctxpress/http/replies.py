@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from ctxpress.core.errors import CtxpressError
+from ctxpress_core.errors import CtxpressError
 
 log = logging.getLogger("ctxpress.http")
 ModelT = TypeVar("ModelT", bound=BaseModel)

@@ -13,12 +13,12 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
-from ctxpress.core.errors import ErrorCode
-from ctxpress.core.identity import NatsCredentials
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import CompletionRequest, Feedback, FileOpened
 from ctxpress.http.replies import HttpError
 from ctxpress.lsp.appliance import Appliance, Unreachable, editor_subject
+from ctxpress_core.errors import ErrorCode
+from ctxpress_core.identity import NatsCredentials
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import CompletionRequest, Feedback, FileOpened
 
 log = logging.getLogger("ctxpress.http")
 

@@ -19,11 +19,11 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ctxpress.core import nats_connect
-from ctxpress.core.errors import CtxpressError
-from ctxpress.core.identity import NatsCredentials
-from ctxpress.core.settings import Settings, nats_servers
-from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_FILE_SAVED, CancelRequest
+from ctxpress_core import nats_connect
+from ctxpress_core.errors import CtxpressError
+from ctxpress_core.identity import NatsCredentials
+from ctxpress_core.settings import Settings, nats_servers
+from ctxpress_core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_FILE_SAVED, CancelRequest
 
 log = logging.getLogger("ctxpress.lsp")
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ctxpress.core.errors import CtxpressError
+from ctxpress_core.errors import CtxpressError
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 

@@ -30,21 +30,21 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from ctxpress.core.identity import NatsCredentials, TeamConfigError, load_credentials
-from ctxpress.core.languages import language_from_editor
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import (
-    CompletionRequest,
-    Feedback,
-    FileOpened,
-    FileSaved,
-)
 from ctxpress.lsp.appliance import Appliance, Unreachable, editor_subject
 from ctxpress.lsp.debounce import AdaptiveDebounce
 from ctxpress.lsp.documents import Document, Encoding, PositionError
 from ctxpress.lsp.forward_cache import ForwardCache, Shown
 from ctxpress.lsp.repository import Location, locate
 from ctxpress.lsp.suggestion import without_following_lines
+from ctxpress_core.identity import NatsCredentials, TeamConfigError, load_credentials
+from ctxpress_core.languages import language_from_editor
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import (
+    CompletionRequest,
+    Feedback,
+    FileOpened,
+    FileSaved,
+)
 
 log = logging.getLogger("ctxpress.lsp")
 

@@ -13,12 +13,12 @@ each may take to be ready.
 
 from __future__ import annotations
 
-from ctxpress.core.settings import Settings
 from ctxpress.parts.base import Part
 from ctxpress.parts.nats_server import NatsPart
 from ctxpress.parts.postgres import PostgresPart
 from ctxpress.parts.triton import TritonPart
 from ctxpress.parts.workers import CompletionWorkerPart, IndexWorkerPart
+from ctxpress_core.settings import Settings
 
 
 def parts(settings: Settings) -> list[Part]:

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxpress.core.errors import CtxpressError
-from ctxpress.core.settings import Settings
 from ctxpress.parts.process import group_alive, pid_alive
+from ctxpress_core.errors import CtxpressError
+from ctxpress_core.settings import Settings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxpress import team
-from ctxpress.core import identity
-from ctxpress.core.settings import Settings
 from ctxpress.parts import START_TIMEOUTS, parts
 from ctxpress.parts.base import StartError
 from ctxpress.parts.supervisor import SupervisorPart
+from ctxpress_core import identity
+from ctxpress_core.settings import Settings
 
 
 def check_ports(settings: Settings) -> None:

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from ctxpress import team
-from ctxpress.core import identity
-from ctxpress.core.settings import Settings
 from ctxpress.parts.base import Part
 from ctxpress.parts.probes import http_ok, port_open
+from ctxpress_core import identity
+from ctxpress_core.settings import Settings
 
 
 def max_payload(settings: Settings) -> int:
@@ -40,7 +40,7 @@ class NatsPart(Part):
         users = f'include "{team.ensure_authorization_file(s).name}"\n' if identity.team_mode(s) else ""
         tls = ""
         if identity.tls_on(s):  # every client, the workers on loopback too: one listener, one rule
-            from ctxpress.core.tls import ensure_tls_files
+            from ctxpress_core.tls import ensure_tls_files
 
             files = ensure_tls_files(s)
             tls = (f'tls {{ cert_file: {json.dumps(str(files.cert))}, key_file: {json.dumps(str(files.key))}, '

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from ctxpress.core.settings import Settings
 from ctxpress.parts.base import Part, StartError
 from ctxpress.parts.probes import port_open
+from ctxpress_core.settings import Settings
 from db.embedded import EmbeddedPostgres
 
 

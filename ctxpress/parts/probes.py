@@ -9,8 +9,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from ctxpress.core import identity
-from ctxpress.core.settings import Settings
+from ctxpress_core import identity
+from ctxpress_core.settings import Settings
 
 
 def port_open(host: str, port: int) -> bool:
@@ -49,7 +49,7 @@ def nats_reply(settings: Settings, subject: str, payload: bytes, timeout_s: floa
     async def probe() -> dict[str, Any] | None:
         from nats.errors import NoRespondersError, TimeoutError
 
-        from ctxpress.core import nats_connect
+        from ctxpress_core import nats_connect
 
         try:
             nc = await nats_connect.connect(url, connect_timeout=1, max_reconnect_attempts=0, allow_reconnect=False,

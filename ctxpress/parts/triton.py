@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from ctxpress.core import inference
 from ctxpress.parts.base import Part, PartStatus
 from ctxpress.parts.probes import http_ok, port_open
+from ctxpress_core import inference
 
 
 def engine_summary(path: Path) -> str:

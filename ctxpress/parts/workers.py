@@ -6,9 +6,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ctxpress.core.settings import Settings
 from ctxpress.parts.base import Part, PartStatus
 from ctxpress.parts.probes import nats_answers, nats_reply
+from ctxpress_core.settings import Settings
 from indexer.stream import dead_letter_stream
 
 

@@ -14,7 +14,7 @@ from build_engines.options import BuildOptions
 from build_engines.plan import make_plan
 from build_engines.runner import run_plan
 from build_engines.triton_repo import RepoSettings, write_repository
-from ctxpress.core import inference
+from ctxpress_core import inference
 
 WIRE_TO_ENUM = {"BYTES": mc.TYPE_STRING, "INT32": mc.TYPE_INT32, "FP32": mc.TYPE_FP32, "BOOL": mc.TYPE_BOOL}
 REPO_ROOT = Path(__file__).resolve().parents[2]

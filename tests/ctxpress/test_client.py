@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ctxpress.client import REPLY_MARGIN_S, CompletionClient
-from ctxpress.core.wire.v1 import CompletionRequest
+from ctxpress_core.wire.v1 import CompletionRequest
 
 pytestmark = pytest.mark.services
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from ctxpress.core.settings import Settings
 from ctxpress.parts.base import Part, StartError
 from ctxpress.supervisor import Backoff, HangDetector, Watch, describe, exit_reason, read_state
+from ctxpress_core.settings import Settings
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:

@@ -20,11 +20,11 @@ import pytest
 from nats.aio.client import Client
 
 from ctxpress import team
-from ctxpress.core import identity
-from ctxpress.core.settings import Settings
-from ctxpress.core.tls import client_context, tls_dir
-from ctxpress.core.wire.v1 import SUBJECT_INDEX_GIT
 from ctxpress.parts.nats_server import NatsPart
+from ctxpress_core import identity
+from ctxpress_core.settings import Settings
+from ctxpress_core.tls import client_context, tls_dir
+from ctxpress_core.wire.v1 import SUBJECT_INDEX_GIT
 from indexer.hook_publish import PublishError, TinyNats
 from indexer.stream import ensure_stream
 from tests.indexer.index_repo import git, make_repo

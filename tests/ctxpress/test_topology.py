@@ -18,8 +18,8 @@ import nats
 import pytest
 from sqlalchemy import text
 
-from ctxpress.core import identity
 from ctxpress.topology import LocalTopology
+from ctxpress_core import identity
 from db.session import engine_for
 from workers.sharding import shard_for
 

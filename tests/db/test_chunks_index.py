@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from ctxpress.core.errors import EmbeddingError
+from ctxpress_core.errors import EmbeddingError
 from db.chunks import ScopeError, search_chunks
 from db.models import CodeChunk, IndexedFile, Repository
 from db.session import engine_for

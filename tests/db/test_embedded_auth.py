@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from ctxpress.core.settings import Settings
+from ctxpress_core.settings import Settings
 from db.embedded import DB_USER, EmbeddedPostgres
 from db.session import engine_for
 from tests.conftest import free_ports

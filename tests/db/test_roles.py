@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
 
 from ctxpress import deployment
-from ctxpress.core.settings import Settings
+from ctxpress_core.settings import Settings
 from db import team as store
 from db.session import engine_for
 from tests.team_services import embedded_postgres

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxpress.client import CompletionClient
-from ctxpress.core.wire.v1 import CompletionRequest
 from ctxpress.evaluation.bench import BenchConfig, pick_function, third_party_root, typing_pauses
 from ctxpress.evaluation.runner import percentile
+from ctxpress_core.wire.v1 import CompletionRequest
 
 PAUSES = 4
 MAX_TOKENS = 16

@@ -20,8 +20,8 @@ import nats
 from nats.errors import ConnectionClosedError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import CompletionRequest
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import CompletionRequest
 from tests.indexer.index_repo import git
 
 # Each request's timeout_ms: past it the worker answers inference_timeout. Generous: the engine shares two cores

@@ -33,9 +33,9 @@ import nats
 import pytest
 from sqlalchemy import text
 
-from ctxpress.core.settings import Settings
 from ctxpress.parts import parts
 from ctxpress.supervisor import read_state
+from ctxpress_core.settings import Settings
 from db.session import engine_for
 from tests.conftest import appliance_env, ctxpress, running_appliance, settings_from_env
 from tests.faults.load import DEADLINE_S, HANG_MARGIN_S, MAX_COMMITS, ROWS, CommitLoad, CompletionLoad, counts

@@ -27,8 +27,8 @@ import nats
 import pytest
 from nats.js.errors import APIError
 
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import SUBJECT_FILE_SAVED, FileSaved
 from indexer import hook_publish
 from indexer.stream import ACK_WAIT_S, ensure_stream, next_batch
 from tests.conftest import free_ports

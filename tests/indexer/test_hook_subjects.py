@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ctxpress.core import identity
-from ctxpress.core.wire.v1 import SUBJECT_INDEX_GIT
+from ctxpress_core import identity
+from ctxpress_core.wire.v1 import SUBJECT_INDEX_GIT
 from indexer import hook_publish
 
 

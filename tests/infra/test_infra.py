@@ -21,9 +21,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from ctxpress import deployment, topology_spec
-from ctxpress.core import identity
-from ctxpress.core.settings import Settings
 from ctxpress.topology_spec import HOME, SECRETS_DIR, SERVICES, Service
+from ctxpress_core import identity
+from ctxpress_core.settings import Settings
 
 yaml = pytest.importorskip("yaml")
 

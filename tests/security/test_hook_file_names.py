@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ctxpress.core.wire.v1 import IndexEvent
+from ctxpress_core.wire.v1 import IndexEvent
 from db.models import CodeChunk, Repository
 from db.session import engine_for
 from indexer import hook_publish

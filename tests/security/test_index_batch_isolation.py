@@ -14,7 +14,7 @@ from nats.js.api import StorageType, StreamConfig
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ctxpress.core.wire.v1 import ChangedPath, IndexEvent
+from ctxpress_core.wire.v1 import ChangedPath, IndexEvent
 from db.models import CodeChunk, Repository
 from db.session import engine_for
 from indexer.embeddings import TritonEmbedder

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ctxpress.core.identity import NatsCredentials, write_credentials
+from ctxpress_core.identity import NatsCredentials, write_credentials
 from db.embedded import EmbeddedPostgres
 from serving.kv_disk import KVDiskTier
 from serving.triton_server import short_workspace_path

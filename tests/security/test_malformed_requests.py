@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from ctxpress.core.errors import ErrorCode, RequestError
-from ctxpress.core.wire.v1 import Feedback
+from ctxpress_core.errors import ErrorCode, RequestError
+from ctxpress_core.wire.v1 import Feedback
 from tests.workers.test_gateway import sharded_env, start
 from workers.completion.request import parse_request
 from workers.gateway import route

@@ -15,9 +15,9 @@ import pytest
 from nats.errors import Error as NatsError
 
 from ctxpress.client import CompletionClient
-from ctxpress.core import nats_connect
-from ctxpress.core.identity import NatsCredentials
-from ctxpress.core.tls import generate
+from ctxpress_core import nats_connect
+from ctxpress_core.identity import NatsCredentials
+from ctxpress_core.tls import generate
 from indexer import hook_publish
 
 SECRET = "s3cret-password-that-must-never-travel-in-clear"

@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from ctxpress.core import identity
-from ctxpress.core.errors import GrantsUnavailable
-from ctxpress.core.wire.v1 import CompletionRequest, CompletionResponse, ContextReport, Timings
+from ctxpress_core import identity
+from ctxpress_core.errors import GrantsUnavailable
+from ctxpress_core.wire.v1 import CompletionRequest, CompletionResponse, ContextReport, Timings
 from db.chunks import coarse_files
 from db.models import IndexedFile, Repository
 from db.session import engine_for

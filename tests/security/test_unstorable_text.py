@@ -14,8 +14,8 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import text
 
-from ctxpress.core.errors import ErrorCode, RequestError
-from ctxpress.core.wire.v1 import Feedback, FileSaved, IndexEvent
+from ctxpress_core.errors import ErrorCode, RequestError
+from ctxpress_core.wire.v1 import Feedback, FileSaved, IndexEvent
 from db.session import engine_for
 from workers import metrics
 from workers.completion.request import parse_request

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.services  # loads the real model
 
 @pytest.fixture(scope="module")
 def engine(model_path: Path) -> LlamaEngine:
-    from ctxpress.core.settings import Settings
+    from ctxpress_core.settings import Settings
     from serving.weights import DRAFT, ensure_model
 
     draft = ensure_model(DRAFT, Settings(home=Path("~/.local/state/ctxpress")).models_dir)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from serving.engine_api import complete
 from serving.fim import STOP_WORDS, fim_prompt
 from serving.triton_client import TritonCompletionClient
 
@@ -36,13 +37,13 @@ async def test_cancel_stops_a_running_prompt_and_drops_a_queued_one(appliance: A
     status_path = appliance.settings.run_dir / "engine-status.json"
     before = _abandoned(status_path)
     try:
-        running = asyncio.create_task(client.complete(
-            _cold_prompt(1200), max_tokens=32, stop_words=STOP_WORDS, timeout_s=300, cache_key="cancel-running",
-            speculation="none", request_id="cancel-running"))
+        running = asyncio.create_task(complete(
+            client, _cold_prompt(1200), max_tokens=32, stop_words=STOP_WORDS, timeout_s=300,
+            cache_key="cancel-running", speculation="none", request_id="cancel-running"))
         await asyncio.sleep(1.0)  # its prompt is being processed
-        queued = asyncio.create_task(client.complete(
-            _cold_prompt(1600), max_tokens=32, stop_words=STOP_WORDS, timeout_s=300, cache_key="cancel-queued",
-            speculation="none", request_id="cancel-queued"))
+        queued = asyncio.create_task(complete(
+            client, _cold_prompt(1600), max_tokens=32, stop_words=STOP_WORDS, timeout_s=300,
+            cache_key="cancel-queued", speculation="none", request_id="cancel-queued"))
         await asyncio.sleep(0.3)
         assert await client.cancel("cancel-queued")
         assert await client.cancel("cancel-running")
@@ -54,8 +55,8 @@ async def test_cancel_stops_a_running_prompt_and_drops_a_queued_one(appliance: A
         assert after["prompt"] + after["decode"] == before.get("prompt", 0) + before.get("decode", 0) + 1
         # an unknown id is no error, and the engine still serves
         assert not await client.cancel("never-sent")
-        ok = await client.complete(fim_prompt("def add(a, b):\n    return ", "\n"), max_tokens=4,
-                                   stop_words=STOP_WORDS, timeout_s=120, request_id="after-cancel")
+        ok = await complete(client, fim_prompt("def add(a, b):\n    return ", "\n"), max_tokens=4,
+                            stop_words=STOP_WORDS, timeout_s=120, request_id="after-cancel")
         assert ok.finish_reason in {"stop", "length"} and ok.text.strip()
     finally:
         await client.close()
@@ -65,14 +66,14 @@ async def test_a_request_past_its_deadline_is_not_computed(appliance: Any) -> No
     client = TritonCompletionClient(appliance.settings.effective_triton_url())
     status_path = appliance.settings.run_dir / "engine-status.json"
     try:
-        blocker = asyncio.create_task(client.complete(
-            _cold_prompt(2000), max_tokens=8, stop_words=STOP_WORDS, timeout_s=300, cache_key="deadline-blocker",
-            speculation="none"))
+        blocker = asyncio.create_task(complete(
+            client, _cold_prompt(2000), max_tokens=8, stop_words=STOP_WORDS, timeout_s=300,
+            cache_key="deadline-blocker", speculation="none"))
         await asyncio.sleep(0.5)
         before = _abandoned(status_path)
         with pytest.raises(Exception) as timed_out:  # the caller gives up after 0.5 s...
-            await client.complete(_cold_prompt(2400), max_tokens=8, stop_words=STOP_WORDS, timeout_s=0.5,
-                                  cache_key="deadline-late", request_id="deadline-late")
+            await complete(client, _cold_prompt(2400), max_tokens=8, stop_words=STOP_WORDS, timeout_s=0.5,
+                           cache_key="deadline-late", request_id="deadline-late")
         assert type(timed_out.value).__name__ == "InferenceTimeout"
         await asyncio.wait_for(blocker, 300)
         # ...and the engine, which was busy, drops it instead of computing it. The blocker gives way to it (due

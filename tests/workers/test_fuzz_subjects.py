@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxpress.core.errors import ErrorCode
-from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT
+from ctxpress_core.errors import ErrorCode
+from ctxpress_core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT
 from tests.conftest import Appliance
 
 pytestmark = pytest.mark.services

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ctxpress.core.errors import ErrorCode
+from ctxpress_core.errors import ErrorCode
 from workers.gateway import engine_unavailable, error_payload, read_head, route
 from workers.sharding import shard_for
 

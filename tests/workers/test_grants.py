@@ -26,15 +26,15 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from ctxpress.core import identity
-from ctxpress.core.errors import Forbidden, GrantsUnavailable
-from ctxpress.core.settings import Settings
-from ctxpress.core.tls import client_context
-from ctxpress.core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT, content_hash
 from ctxpress.parts import parts
 from ctxpress.parts.nats_server import NatsPart
 from ctxpress.parts.postgres import PostgresPart
 from ctxpress.parts.workers import CompletionWorkerPart
+from ctxpress_core import identity
+from ctxpress_core.errors import Forbidden, GrantsUnavailable
+from ctxpress_core.settings import Settings
+from ctxpress_core.tls import client_context
+from ctxpress_core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_GIT, content_hash
 from db import team as store
 from db.session import engine_for
 from indexer.stream import ensure_stream, stream_config

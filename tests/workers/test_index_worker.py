@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import (
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import (
     HEADER_DEAD_DELIVERIES,
     HEADER_DEAD_ERROR,
     HEADER_DEAD_SUBJECT,

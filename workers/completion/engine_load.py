@@ -6,7 +6,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from ctxpress.core.errors import ErrorCode, RequestError
+from ctxpress_core.errors import ErrorCode, RequestError
 from workers import metrics
 
 

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 
-from ctxpress.core.wire.v1 import CompletionRequest, CompletionResponse, ErrorBody, Feedback
+from ctxpress_core.wire.v1 import CompletionRequest, CompletionResponse, ErrorBody, Feedback
 from workers import metrics
 from workers.telemetry import TelemetryWriter
 

@@ -7,8 +7,8 @@ import json
 
 from pydantic import ValidationError
 
-from ctxpress.core.errors import ErrorCode, RequestError, UnsupportedLanguage
-from ctxpress.core.wire.v1 import CompletionRequest
+from ctxpress_core.errors import ErrorCode, RequestError, UnsupportedLanguage
+from ctxpress_core.wire.v1 import CompletionRequest
 
 
 def parse_request(data: bytes, max_bytes: int) -> CompletionRequest:

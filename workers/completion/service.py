@@ -18,11 +18,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pydantic import ValidationError
 
-from ctxpress.core import inference
-from ctxpress.core.errors import CtxpressError, ErrorCode, RequestError
-from ctxpress.core.features import resolve as resolve_features
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import (
+from context import prompt
+from context.build import ContextLibrary, FileView, Prompt
+from context.packing.line_tokens import memo_sizes
+from context.prepare import Prepared
+from context.sources.retrieval import Retriever
+from context.sources.window import MAX_LINE_CHARS, longest_line
+from context.warm import warm_file
+from ctxpress_core import inference
+from ctxpress_core.errors import CtxpressError, ErrorCode, RequestError
+from ctxpress_core.features import resolve as resolve_features
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import (
     CancelRequest,
     CompletionRequest,
     CompletionResponse,
@@ -33,20 +40,12 @@ from ctxpress.core.wire.v1 import (
     Timings,
     content_hash,
 )
+from serving.engine_api import CompletionEngine, CompletionResult, complete
 from serving.fim import STOP_WORDS
-from serving.triton_client import CompletionResult, TritonCompletionClient
 from workers import metrics
-from workers.completion import prompt
-from workers.completion.chunks import CrossFileChunks
-from workers.completion.context import ContextPreparer, Prepared
 from workers.completion.engine_load import EngineLoad
 from workers.completion.observe import Observer
 from workers.completion.request import parse_request, within_size_limit
-from workers.context.packing import memo_sizes
-from workers.context.retrieval import Retriever
-from workers.context.session import FileSessions
-from workers.context.warm import warm_file
-from workers.context.window import MAX_LINE_CHARS, longest_line
 from workers.file_store import FileStore
 from workers.grants import Caller, Grants
 from workers.postprocess import clean_completion
@@ -66,7 +65,7 @@ class CompletionService:
     def __init__(
         self,
         settings: Settings,
-        triton: TritonCompletionClient,
+        engine: CompletionEngine,
         count_tokens: Callable[[str], int],
         model_name: str,
         telemetry: TelemetryWriter | None = None,
@@ -75,14 +74,12 @@ class CompletionService:
     ) -> None:
         self.settings = settings
         self.grants = grants  # team mode: each request's user (from its subject) must hold a grant for its repository
-        self.triton = triton
+        self.engine = engine
         self.count_tokens = count_tokens
         self.model_name = model_name
         self.files = FileStore()
-        # per (repository, path): its parsed versions, steady excerpts and held cross-file chunks
-        self.sessions = FileSessions()
-        self.context = ContextPreparer(settings, count_tokens, self.sessions)
-        self.chunks = CrossFileChunks(retriever, count_tokens, self.sessions)
+        self.library = ContextLibrary(settings, count_tokens, model_name)
+        self.retriever = retriever  # None: no index (the cross-file chunks are left out)
         self.observe = Observer(telemetry)
         self.engine_load = EngineLoad()
         self._file_tokens_cache: dict[str, int] = {}
@@ -101,7 +98,7 @@ class CompletionService:
         """The size of every per-file and per-request structure the worker keeps (each one bounded)."""
         memo_entries, memo_chars = memo_sizes()
         return {"file_store_files": len(self.files), "file_store_chars": self.files.chars,
-                **self.sessions.counts(), "file_token_counts": len(self._file_tokens_cache),
+                **self.library.sessions.counts(), "file_token_counts": len(self._file_tokens_cache),
                 "token_memo_entries": memo_entries, "token_memo_chars": memo_chars,
                 "requests_in_flight": len(self._inflight), "cancel_marks": len(self._cancelled_by_caller)}
 
@@ -143,13 +140,16 @@ class CompletionService:
         """The pipeline: text, context, admission, inference, reply."""
         started = time.perf_counter()
         text, digest = self._resolve_text(request, caller)
-        prepared = await self._prepare(request, text, digest, caller)
+        built = await self.library.build_prompt(request, FileView(text, digest, caller.user, caller.repositories),
+                                                self.retriever)
+        prepared = built.prepared
+        _observe_retrieval(prepared)
         context_ms = (time.perf_counter() - started) * 1000
         left_s = self._time_left(request, received_at)
         self.engine_load.admit(left_s)  # OVERLOADED: the requests ahead take longer than this one may wait
         # Counting the whole file is for the report only: do it while the model works.
         file_tokens = asyncio.get_running_loop().run_in_executor(self._low_priority, self._file_tokens, text, digest)
-        result = await self._infer(request, prepared, caller, left_s)
+        result = await self._infer(request, built, left_s)
         prepared.report.file_tokens = await file_tokens
         queue_ms = (started - received_at) * 1000
         return self._response(request, request_id, prepared, result, received_at, queue_ms, context_ms)
@@ -173,22 +173,6 @@ class CompletionService:
                                f"content hash {request.content_hash[:12]}… is not known here; send the text")
         return text, request.content_hash
 
-    async def _prepare(self, request: CompletionRequest, text: str, digest: str, caller: Caller) -> Prepared:
-        """The in-file context, with the cross-file chunks when the request wants them."""
-        loop = asyncio.get_running_loop()
-        longest = await loop.run_in_executor(None, longest_line, text)
-        if longest > MAX_LINE_CHARS:
-            # minified or generated code: the window around the cursor, long lines cut, no parse, no
-            # retrieval (every pass over such a line costs in proportion to its length)
-            return await loop.run_in_executor(None, self.context.prepare_long_lines, request, text, digest, longest)
-        prepare = loop.run_in_executor(None, self.context.prepare, request, text, digest)
-        if not self.chunks.wanted(request):
-            return await prepare
-        # cross-file retrieval runs beside in-file assembly; it never raises and is bounded
-        prepared, retrieval = await asyncio.gather(prepare, self.chunks.retrieve(request, text, caller))
-        await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request)
-        return prepared
-
     def _time_left(self, request: CompletionRequest, received_at: float) -> float:
         """Seconds this request may still wait for the engine: the engine's timeout or the caller's, if sooner."""
         timeout_s = self.settings.triton_timeout_s
@@ -196,19 +180,18 @@ class CompletionService:
             timeout_s = min(timeout_s, request.timeout_ms / 1000)
         return timeout_s - (time.perf_counter() - received_at)
 
-    async def _infer(self, request: CompletionRequest, prepared: Prepared, caller: Caller,
-                     left_s: float) -> CompletionResult:
+    async def _infer(self, request: CompletionRequest, built: Prompt, left_s: float) -> CompletionResult:
         try:
             with self.engine_load.track():
-                layout = prompt.fim_layout(request, prepared)
-                return await self.triton.complete(
-                    layout.text,
-                    template_markers=layout.markers,
+                return await complete(
+                    self.engine,
+                    built.layout.text,
+                    template_markers=built.layout.markers,
                     max_tokens=request.max_tokens,
                     stop_words=STOP_WORDS,
                     timeout_s=left_s,
-                    cache_key=prompt.cache_key(self.model_name, request, prepared.features, caller),
-                    speculation=prompt.speculation(request, prepared.features),
+                    cache_key=built.cache_key,
+                    speculation=built.speculation,
                     request_id=uuid.uuid4().hex,
                 )
         except CtxpressError:
@@ -300,9 +283,10 @@ class CompletionService:
         if await loop.run_in_executor(None, longest_line, event.text) > MAX_LINE_CHARS:
             return json.dumps({"ok": False, "reason": "long lines: completions there use the window"}).encode()
         try:
+            session = self.library.sessions.get(event.repository, event.path)
             warm_ms = await loop.run_in_executor(
-                self._low_priority, functools.partial(warm_file, self.sessions.get(event.repository, event.path),
-                                                      event.text, event.language, count_tokens=self.count_tokens))
+                self._low_priority, functools.partial(warm_file, session, event.text, event.language,
+                                                      count_tokens=self.count_tokens))
         except Exception as exc:  # warming is optional: the first completion will parse instead
             log.exception("warming %s failed", event.path)
             return json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()
@@ -334,20 +318,28 @@ class CompletionService:
                                     column=column, language=event.language, mode="optimized",
                                     features=event.features)
         loop = asyncio.get_running_loop()
-        prepared = await loop.run_in_executor(None, self.context.prepare, request, event.text,
+        prepared = await loop.run_in_executor(None, self.library.preparer.prepare, request, event.text,
                                               content_hash(event.text))
         # what the next request's prompt will start with
         head = prompt.prewarm_head(request, prepared) if event.line is not None else prompt.prewarm_file_head(prepared)
         if head is None:
             return
-        result = await self.triton.complete(
-            head.text, template_markers=head.markers,
+        result = await complete(
+            self.engine, head.text, template_markers=head.markers,
             max_tokens=0, timeout_s=self.settings.triton_timeout_s,
-            cache_key=prompt.cache_key(self.model_name, request, features, caller), speculation="none")
+            cache_key=prompt.cache_key(self.model_name, request, features, caller.user), speculation="none")
         metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))
         log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
             inference.CTX_PROMPT_TOKENS), "reused": result.figures.get(inference.CTX_CACHED_TOKENS),
             "finish": result.finish_reason}))
+
+
+def _observe_retrieval(prepared: Prepared) -> None:
+    """Cross-file retrieval that was skipped (no index yet, its deadline, …) is a degraded request."""
+    skipped = (prepared.report.retrieval or {}).get("skipped")
+    if skipped:
+        metrics.DEGRADED.labels("retrieval", skipped).inc()
+        log.info(json.dumps({"event": "degraded", "part": "retrieval", "why": skipped}))
 
 
 def _lowest_cpu_priority() -> None:

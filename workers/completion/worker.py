@@ -19,24 +19,24 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from prometheus_client import start_http_server
 
-from ctxpress.core import nats_connect
-from ctxpress.core.identity import (
+from context.packing.line_tokens import exact_counter
+from context.packing.memo import memoized
+from context.sources.retrieval import Retriever
+from ctxpress_core import nats_connect
+from ctxpress_core.identity import (
     service_connect_options,
     shard_user_subject,
     subject_user,
     team_mode,
     user_subject,
 )
-from ctxpress.core.settings import Settings
-from ctxpress.core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
 from indexer.embeddings import AsyncTritonEmbedder
-from indexer.syntax.warm import warm_up
 from serving.triton_client import TritonCompletionClient
+from syntax.warm import warm_up
 from workers import metrics
 from workers.completion.service import CompletionService
-from workers.context.line_tokens import exact_counter
-from workers.context.packing import memoized
-from workers.context.retrieval import Retriever
 from workers.grants import Grants
 from workers.process import run_service
 from workers.telemetry import TelemetryWriter
@@ -63,7 +63,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     # check once that segment-wise token counting is exact for this tokenizer (~0.1 s).
     await loop.run_in_executor(None, warm_up)
     await loop.run_in_executor(None, exact_counter, memoized(count_tokens))
-    triton = TritonCompletionClient(settings.effective_triton_url())
+    engine = TritonCompletionClient(settings.effective_triton_url())
     telemetry = TelemetryWriter(settings.effective_database_url())
     telemetry.start()
     if settings.worker_metrics_port:
@@ -71,10 +71,10 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     retriever = Retriever(settings.effective_database_url(), AsyncTritonEmbedder(settings.effective_triton_url()),
                           timeout_ms=settings.retrieval_timeout_ms, top_k=settings.retrieval_top_k,
                           min_similarity=settings.retrieval_min_similarity)
-    service = CompletionService(settings, triton, count_tokens, settings.model_name, telemetry, retriever, grants)
+    service = CompletionService(settings, engine, count_tokens, settings.model_name, telemetry, retriever, grants)
     for cache in service.cache_entries():  # read when /metrics is scraped
         metrics.CACHE_ENTRIES.labels(cache).set_function(lambda cache=cache: service.cache_entries()[cache])
-    # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress.core.nats_connect)
+    # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress_core.nats_connect)
     nc = await nats_connect.connect(settings.nats_servers(), name="ctxpress-completion-worker",
                                     max_reconnect_attempts=-1, plaintext_credentials=not settings.nats_tls,
                                     **connect_options)
@@ -90,7 +90,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         await asyncio.wait(tasks, timeout=settings.triton_timeout_s)
     await nc.drain()
     await telemetry.close()
-    await triton.close()
+    await engine.close()
     log.info("completion worker stopped")
 
 

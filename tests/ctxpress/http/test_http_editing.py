@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from ctxpress.core.settings import Settings
 from ctxpress.http.continue_fim import Split, split_prompt
 from ctxpress.http.editing import cursor_between, cut_at_stop, max_tokens, repository_from_git_url
 from ctxpress.http.llama_cpp import nested_fields
+from ctxpress_core.settings import Settings
 
 
 def test_cursor_between_counts_lines_and_characters() -> None:

@@ -18,7 +18,7 @@ import aiohttp
 import openai
 import pytest
 
-from ctxpress.core.wire.v1 import SUBJECT_FILE_OPENED
+from ctxpress_core.wire.v1 import SUBJECT_FILE_OPENED
 from tests.conftest import Appliance, free_port
 from tests.ctxpress.lsp.test_lsp_server import (
     CURSOR,

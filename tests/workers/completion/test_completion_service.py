@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ctxpress.core.wire.v1 import content_hash
+from ctxpress_core.wire.v1 import content_hash
 
 pytestmark = pytest.mark.services
 
@@ -130,7 +130,7 @@ async def test_file_opened_with_a_cursor_prewarms_and_the_file_keeps_its_kv(appl
     """The engine keeps each file's prompt KV: after file_opened (with the cursor) the stable part
     is processed ahead of time, and the next request on that file reuses it; another file's
     request in between does not evict it (the pool has a slot per file)."""
-    from ctxpress.core.wire.v1 import SUBJECT_FILE_OPENED
+    from ctxpress_core.wire.v1 import SUBJECT_FILE_OPENED
 
     subject = appliance.settings.completion_subject
     body = "".join(f"def helper_{i}(x):\n    return x * {i} + {i}\n\n\n" for i in range(40))
@@ -180,7 +180,7 @@ async def _slot_tokens(appliance: Any, path: str, at_least: int, wait_s: float =
 async def test_file_opened_without_a_cursor_prewarms_the_file_head(appliance: Any, nats_client: Any) -> None:
     """stable_head: with no cursor known, file_opened processes the file's head, and a request anywhere in the
     file then finds all of it in the engine."""
-    from ctxpress.core.wire.v1 import SUBJECT_FILE_OPENED
+    from ctxpress_core.wire.v1 import SUBJECT_FILE_OPENED
 
     features = {"stable_head": True}
     body = "".join(f"def helper_{i}(values, scale):\n    out = [v * scale + {i} for v in values]\n"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ctxpress.core.wire.v1 import SUBJECT_FEEDBACK, SUBJECT_FILE_OPENED
+from ctxpress_core.wire.v1 import SUBJECT_FEEDBACK, SUBJECT_FILE_OPENED
 from tests.conftest import Appliance
 
 pytestmark = pytest.mark.services

@@ -1,0 +1,76 @@
+"""The entry point of the context library: ``ContextLibrary.build_prompt(request, file_view, retriever)``, the
+prompt of one completion request, straight through: the file's in-file context (the window for a file with
+lines too long to parse), the cross-file chunks beside it when the request wants them, then the prompt's
+fill-in-the-middle layout, the engine's KV key and the speculation mode. Whoever calls it (the NATS
+worker, a benchmark) owns the file's text and the reader's grants; the library owns each file's session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from context import prompt
+from context.chunks import CrossFileChunks
+from context.prepare import ContextPreparer, Prepared
+from context.session import FileSessions
+from context.sources.retrieval import Retriever
+from context.sources.window import MAX_LINE_CHARS, longest_line
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import CompletionRequest
+
+
+@dataclass(frozen=True)
+class FileView:
+    """The file a request is about, as its reader sees it: one version of its text, and whose view it is
+    (``owner``: the user in team mode, None on the single-user appliance) with the repositories they may read
+    (cross-file chunks come from those only)."""
+
+    text: str
+    digest: str
+    owner: str | None
+    repositories: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What the engine is sent for a request, and the prepared context it came from (for the reply)."""
+
+    layout: prompt.Layout
+    prepared: Prepared
+    cache_key: str | None
+    speculation: str
+
+
+class ContextLibrary:
+    """One per worker: its settings, token counter and model, and the sessions of the files it has seen."""
+
+    def __init__(self, settings: Settings, count_tokens: Callable[[str], int], model_name: str) -> None:
+        self.model_name = model_name
+        # per (repository, path): its parsed versions, steady excerpts and held cross-file chunks
+        self.sessions = FileSessions()
+        self.preparer = ContextPreparer(settings, count_tokens, self.sessions)
+        self.chunks = CrossFileChunks(count_tokens, self.sessions)
+
+    async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prompt:
+        """CPU-bound steps run in the loop's default executor; retrieval (never raises, bounded) beside them."""
+        prepared = await self._prepare(request, view, retriever)
+        return Prompt(prompt.fim_layout(request, prepared), prepared,
+                      prompt.cache_key(self.model_name, request, prepared.features, view.owner),
+                      prompt.speculation(request, prepared.features))
+
+    async def _prepare(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prepared:
+        loop = asyncio.get_running_loop()
+        longest = await loop.run_in_executor(None, longest_line, view.text)
+        if longest > MAX_LINE_CHARS:
+            # minified or generated code: the window around the cursor, long lines cut, no parse, no
+            # retrieval (every pass over such a line costs in proportion to its length)
+            return await loop.run_in_executor(None, self.preparer.prepare_long_lines, request, view.text,
+                                              view.digest, longest)
+        prepare = loop.run_in_executor(None, self.preparer.prepare, request, view.text, view.digest)
+        if retriever is None or not self.chunks.wanted(request):
+            return await prepare
+        prepared, retrieval = await asyncio.gather(
+            prepare, self.chunks.retrieve(retriever, request, view.text, view.owner, view.repositories))
+        await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request)
+        return prepared

@@ -1,0 +1,75 @@
+"""The prompt of a prepared context: its fill-in-the-middle layout (where the middle opens), the key of
+the engine's KV pool it goes to, its speculation mode, and the head of it that ``file_opened`` pre-warms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from context.prepare import Prepared
+from ctxpress_core.wire.v1 import CompletionRequest
+from serving.fim import FIM_PREFIX, fim_markers, fim_prompt
+
+
+@dataclass(frozen=True)
+class Layout:
+    text: str
+    markers: tuple[int, ...]  # where the template's special tokens are (serving.fim.fim_markers)
+
+
+def middle_from(request: CompletionRequest, prepared: Prepared) -> int | None:
+    """Where the FIM middle starts in the prefix (see serving.fim.fim_prompt), None: at its end."""
+    if request.mode != "optimized":
+        return None
+    if prepared.features.get("block_in_middle", False) and prepared.block_chars > 0:
+        return len(prepared.prefix) - prepared.block_chars
+    if prepared.features.get("line_in_middle", False) or prepared.features.get("block_in_middle", False):
+        # (a window has no block: its cursor line is what changes)
+        return prepared.prefix.rfind("\n") + 1
+    return None
+
+
+def fim_layout(request: CompletionRequest, prepared: Prepared) -> Layout:
+    """The prompt sent for ``request``: PSM, with the middle opened early when a layout feature says so."""
+    middle = middle_from(request, prepared)
+    return Layout(fim_prompt(prepared.prefix, prepared.suffix, middle_from=middle),
+                  fim_markers(prepared.prefix, prepared.suffix, middle_from=middle))
+
+
+def prewarm_head(request: CompletionRequest, prepared: Prepared) -> Layout | None:
+    """The head of the prompt the next request on this file will start with (None: no stable part): its stable
+    part, and when the middle opens with the block or the cursor line, all that comes before it."""
+    stable = prepared.prefix[:prepared.stable_chars]
+    if not stable:
+        return None
+    middle = middle_from(request, prepared)
+    if middle is not None:
+        prompt = fim_prompt(prepared.prefix, prepared.suffix, middle_from=middle)
+        head = prompt[:len(prompt) - (len(prepared.prefix) - middle)]
+        return Layout(head, fim_markers(prepared.prefix, prepared.suffix, middle_from=middle, within=len(head)))
+    return Layout(FIM_PREFIX + stable, (0,))
+
+
+def prewarm_file_head(prepared: Prepared) -> Layout | None:
+    """The file's head alone (stable_head), for a file opened with no cursor known: the prompt of any cursor in it
+    starts with the head (None: no head)."""
+    head = prepared.prefix[:prepared.head_chars]
+    if not head:
+        return None
+    return Layout(FIM_PREFIX + head, (0,))
+
+
+def cache_key(model_name: str, request: CompletionRequest, features: dict[str, bool],
+              owner: str | None = None) -> str | None:
+    """The engine's KV pool is keyed by repository + path + model (None: the shared context). In team mode
+    by user too, shared context included: the cached-token count every reply carries would otherwise tell
+    one user whether a prompt they guess matches what another one sent."""
+    user = f"{owner}:" if owner is not None else ""
+    if request.mode != "optimized" or not features.get("prefix_cache", False):
+        return f"{model_name}:{user}shared" if user else None
+    return f"{model_name}:{user}{request.repository}:{request.path}"
+
+
+def speculation(request: CompletionRequest, features: dict[str, bool]) -> str:
+    if request.mode != "optimized" or not features.get("speculative", False):
+        return "none"
+    return "auto"

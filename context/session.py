@@ -1,0 +1,123 @@
+"""What the completion worker keeps about one file between requests, in one place: a ``FileSession`` per
+(repository, path), in ``FileSessions``, a registry bounded by LRU.
+
+A file's session holds its parsed versions (a tree cache of its own: the next request re-parses
+incrementally from them, and in-file assembly and the retrieval query of one request share one parse),
+the steady excerpts held for its enclosing block (steady.py), and the cross-file chunks placed after
+them. Two repositories with the same relative path are two sessions: nothing of one is seen by the other.
+A file not asked about for a while loses all of it at once, so the worker's memory is bounded by the
+number of sessions, however many files it sees.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from context.sources.file_head import FileHead, HeadKey, last_line, render_head, take_items
+from context.steady import Held
+from syntax.symbols.model import FileSymbols
+from syntax.tree_cache import TreeCache
+
+if TYPE_CHECKING:  # retrieval brings the database client along: explain and the tests of assembly need none
+    from context.sources.retrieval import RenderedChunk
+
+# Files whose sessions are kept (the most recently used): the bound the separate parse-tree cache had.
+MAX_FILES = 256
+
+
+@dataclass(frozen=True)
+class HeldChunks:
+    """Cross-file chunks placed in a file's prompt, kept for the next keystroke in the same block."""
+
+    block: tuple[str, int]  # the enclosing block they were placed before: its name and first line
+    text: str  # as rendered into the prompt
+    pieces: list[RenderedChunk]
+
+
+class FileSession:
+    """One file's state between requests. Its fields are read and replaced whole (no partial updates), so
+    concurrent requests on one file see either the previous request's state or the next one's."""
+
+    def __init__(self, repository: str, path: str) -> None:
+        self.repository = repository
+        self.path = path
+        # One parsed version (and its base, see TreeCache): a file is in one language. A request in
+        # another replaces it, as an edit would.
+        self.trees = TreeCache(max_files=1)
+        self.steady: Held | None = None
+        self._head: tuple[tuple[str, int, HeadKey], FileHead] | None = None  # (its key, the head)
+        self._chunks: HeldChunks | None = None
+        self._lock = threading.Lock()
+
+    def file_head(self, table: FileSymbols, language: str, file_lines: list[str], budget_tokens: int,
+                  count_tokens: Callable[[str], int]) -> FileHead:
+        """The file's head (file_head.py): rendered again only when what it shows changed (an import or a
+        declaration's outline near the top of the file), not at every keystroke in a body."""
+        kept, shown = take_items(table, budget_tokens, count_tokens)
+        key = (language, budget_tokens, shown)
+        held = self._head
+        if held is not None and held[0] == key:
+            head = held[1]
+            if head.text and head.last_line != (moved := last_line(kept[:head.items])):
+                head = replace(head, last_line=moved)  # lines above it were added or removed
+                self._head = (key, head)
+            return head
+        head = render_head(kept, language, file_lines, budget_tokens, count_tokens)
+        self._head = (key, head)
+        return head
+
+    @property
+    def head(self) -> FileHead | None:
+        """The head last worked out for this file (None: none yet)."""
+        return self._head[1] if self._head is not None else None
+
+    def take_chunks(self) -> HeldChunks | None:
+        """The held chunks, no longer held (a request puts back what it places)."""
+        with self._lock:
+            chunks, self._chunks = self._chunks, None
+        return chunks
+
+    def hold_chunks(self, chunks: HeldChunks) -> None:
+        with self._lock:
+            self._chunks = chunks
+
+    @property
+    def holds_chunks(self) -> bool:
+        return self._chunks is not None
+
+
+class FileSessions:
+    """The sessions of the files most recently asked about, at most ``max_files``."""
+
+    def __init__(self, max_files: int = MAX_FILES) -> None:
+        self.max_files = max_files
+        self._sessions: OrderedDict[tuple[str, str], FileSession] = OrderedDict()
+        self._lock = threading.Lock()  # requests run in executor threads
+
+    def get(self, repository: str, path: str) -> FileSession:
+        """The file's session (a new one at its first request); the least recently used beyond the bound go."""
+        key = (repository, path)
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None:
+                session = self._sessions[key] = FileSession(repository, path)
+            self._sessions.move_to_end(key)
+            while len(self._sessions) > self.max_files:
+                self._sessions.popitem(last=False)
+        return session
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def counts(self) -> dict[str, int]:
+        """How many files hold each kind of state (the worker's ``ctxpress_cache_entries``)."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+        return {"file_sessions": len(sessions),
+                "tree_cache_files": sum(1 for s in sessions if len(s.trees)),
+                "steady_excerpt_files": sum(1 for s in sessions if s.steady is not None),
+                "held_chunk_files": sum(1 for s in sessions if s.holds_chunks)}

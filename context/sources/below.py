@@ -1,0 +1,76 @@
+"""Fill below: the budget packing left over goes to the lines after the enclosing block (feature ``fill_below``).
+
+In a file of at most FILL_MAX_FILE_BUDGETS budgets those lines are appended verbatim to the FIM suffix,
+in file order, where a window would show them. Longer files are not filled: there the prompt is already
+near full and every token is prefill time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from context.model import ContextBlock
+from context.packing.line_tokens import LineRangeTokens
+from context.packing.pack import Candidate, Rendered
+from context.sources.enclosing import Enclosing
+from syntax.parsed_file import ParsedFile
+
+# Files of at most this many budgets are filled.
+FILL_MAX_FILE_BUDGETS = 2.0
+# Less slack than this is not worth a second rendering.
+FILL_MIN_TOKENS = 24
+
+
+def fill_below(
+    parsed: ParsedFile, enc: Enclosing, chosen: list[Candidate], total: int, budget: int,
+    estimate_lines: LineRangeTokens, prompt_tokens: Callable[[str, str], int],
+    render: Callable[[list[Candidate], str], Rendered],
+) -> tuple[Rendered, int, list[Candidate], ContextBlock] | None:
+    """Spend the budget packing left over on the lines after the enclosing block, appended to the
+    FIM suffix in file order (the siblings below are the file's idioms too, and where a window
+    would show them). Excerpts those lines cover verbatim (a sibling's signature) leave the
+    prefix and give their tokens to the fill. Lines are taken by estimate, then the prompt is
+    counted for real and trimmed until it fits. None: nothing to fill, or a file too long for it."""
+    if (budget - total < FILL_MIN_TOKENS or enc.suffix_end_line is None
+            or estimate_lines(0, parsed.line_count - 1) > FILL_MAX_FILE_BUDGETS * budget):
+        return None
+    first = enc.suffix_end_line + 1
+    last_line = parsed.line_count - 1
+    if first > last_line:
+        return None
+    slack = budget - total
+    end = first - 1
+    kept = list(chosen)
+
+    def covered(c: Candidate, last: int) -> bool:
+        return c.chosen is not None and bool(c.chosen.pieces) and all(
+            first <= p.start_line and p.end_line <= last for p in c.chosen.pieces)
+
+    while end < last_line:
+        cost = estimate_lines(end + 1, end + 1)
+        newly = [c for c in kept if covered(c, end + 1)]
+        freed = sum(c.chosen.tokens for c in newly if c.chosen is not None)
+        if cost > slack + freed:
+            break
+        end += 1
+        kept = [c for c in kept if c not in newly]
+        slack += freed - cost
+    if end < first:
+        return None
+    for _attempt in range(4):
+        rendered = render(kept, enc.suffix + parsed.lines_text(first, end))
+        real = prompt_tokens(rendered.prefix, rendered.suffix)
+        if real <= budget:
+            block = ContextBlock(
+                kind="below", name=f"lines below {enc.name}", start_line=first, end_line=end, form="whole",
+                tokens=real - total,
+                reason=(f"budget left after packing, on a file of <= {FILL_MAX_FILE_BUDGETS:g} budgets: "
+                        f"the code after the enclosing block, verbatim ({end - first + 1} lines)"))
+            return rendered, real, kept, block
+        excess = real - budget
+        while end >= first and excess > 0:  # trim from the far end by estimate, then recount
+            excess -= estimate_lines(end, end)
+            end -= 1
+        if end < first:
+            return None
+    return None

@@ -1,3 +1,0 @@
-"""The foundation every layer imports: settings, the wire format, the one language table, features,
-the inference protocol, identity, errors. It imports nothing of the project outside ``ctxpress.core``
-(the import contract in pyproject.toml checks it)."""

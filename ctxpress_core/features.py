@@ -1,0 +1,75 @@
+"""Optimisations that ``mode=optimized`` can switch on or off per request, for ablations.
+
+Each optimisation registers itself here with a name and a default; ``ctxpress eval
+--features`` and the wire format validate against this registry, so a new optimisation
+only needs one ``register`` call to become measurable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    description: str
+    default: bool = True
+
+
+REGISTRY: dict[str, Feature] = {}
+
+
+def register(name: str, description: str, default: bool = True) -> Feature:
+    feature = Feature(name, description, default)
+    REGISTRY[name] = feature
+    return feature
+
+
+def resolve(overrides: dict[str, bool] | None) -> dict[str, bool]:
+    """Every registered feature with its effective value."""
+    values = {name: f.default for name, f in REGISTRY.items()}
+    for name, value in (overrides or {}).items():
+        if name not in REGISTRY:
+            raise KeyError(name)
+        values[name] = value
+    return values
+
+
+def parse_list(spec: str) -> dict[str, bool]:
+    """``"-summaries,+crop,retrieval=off"`` -> {"summaries": False, "crop": True, "retrieval": False}."""
+    out: dict[str, bool] = {}
+    for raw in filter(None, (part.strip() for part in spec.split(","))):
+        if "=" in raw:
+            name, _, value = raw.partition("=")
+            if value.lower() not in {"on", "off", "true", "false", "1", "0"}:
+                raise ValueError(f"feature {name!r}: value must be on/off, got {value!r}")
+            out[name] = value.lower() in {"on", "true", "1"}
+        elif raw[0] in "+-":
+            out[raw[1:]] = raw[0] == "+"
+        else:
+            out[raw] = True
+        name = raw.partition("=")[0].lstrip("+-")
+        if name not in REGISTRY:
+            raise ValueError(f"unknown feature {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    return out
+
+
+register("crop", "tree-sitter block cropping of the file (off: the baseline window)")
+register("summaries", "structured summaries of blocks that do not fit whole (off: whole or dropped)")
+register("retrieval", "cross-file chunks from the repository index (pgvector + lexical, fused)")
+register("prefix_cache", "file-level KV pool: the engine keeps each file's prompt KV (off: one shared context)")
+register("speculative", "speculative decoding, n-gram or draft model chosen per request (off: plain greedy)")
+register("nearby_first", "the code just above the enclosing block before class head, references and imports")
+register("whole_file", "a file that fits the context budget is sent whole, not cropped")
+register("fill_below", "in a file of <= 2 budgets, the budget left after packing goes to the lines below the block")
+register("similar", "lines elsewhere in the file that resemble the code at the cursor (rare shared identifiers)")
+register("line_in_middle", "the cursor line up to the cursor opens the FIM middle, so typing on it leaves the "
+         "prompt before it (and its KV) unchanged", default=False)
+register("block_in_middle", "the enclosing block up to the cursor opens the FIM middle, so typing anywhere in it "
+         "leaves the prompt before it (and its KV) unchanged", default=False)
+register("steady_excerpts", "while the file changes only inside the enclosing block, the excerpts chosen for it "
+         "stay as they were, so a keystroke changes only the prompt's tail (and its KV)")
+register("stable_head", "the file's imports and outline first, the same for every cursor in the file, so a jump "
+         "to another function reuses its KV (context/sources/file_head.py)", default=False)
+register("prewarm", "on file_opened, process the stable part of the file's prompt in the background")

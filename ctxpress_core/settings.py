@@ -1,0 +1,207 @@
+"""The one typed settings object. Every knob is an env var ``CTXPRESS_<NAME>``.
+
+Each service can be pointed at an external deployment (``nats_url``, ``database_url``,
+``triton_url``); left empty, the embedded service under ``home`` is used.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ctxpress_core.database import database_url, stored_password
+from ctxpress_core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
+
+# stable_head: the file head's share of the context budget (measured: docs/context.md)
+DEFAULT_HEAD_SHARE = 0.5
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CTXPRESS_", extra="ignore")
+
+    home: Path = Field(default=Path("~/.local/state/ctxpress"), description="all embedded state lives here")
+    bind_host: str = "127.0.0.1"
+    # Team mode (ctxpress/team.py, docs/security.md): NATS users and repository grants. Also on, whatever this
+    # says, when NATS is reachable from other hosts (a non-loopback nats_url or bind_host).
+    team: bool = False
+
+    # NATS: one URL, or a cluster's URLs separated by commas (clients try each; see nats_servers)
+    nats_url: str | None = None
+    # A credentials file written by `ctxpress users add` (JSON: nats_url, user, password; read with
+    # ctxpress_core.identity.load_credentials). Team mode with an external NATS: the workers' own (the worker user).
+    nats_credentials: Path | None = None
+    # Team mode with an external NATS: the index worker's own (the indexer user); unset, it uses nats_credentials.
+    nats_indexer_credentials: Path | None = None
+    nats_port: int = 4222
+    nats_monitor_port: int = 8222
+    # Where the embedded NATS listens (default: bind_host). A team appliance puts NATS alone on the network
+    # (e.g. 0.0.0.0) and keeps PostgreSQL, Triton and the metrics endpoints on loopback.
+    nats_bind_host: str | None = None
+    # Team mode: TLS on the embedded NATS client port, for every client (the workers too). The server's
+    # certificate, its key and the CA that signed it are the operator's when set, otherwise generated under
+    # <home>/tls (ctxpress_core/tls.py). With an external NATS, nats_tls_ca is what the workers verify it with.
+    nats_tls: bool = True
+    nats_tls_cert: Path | None = None
+    nats_tls_key: Path | None = None
+    nats_tls_ca: Path | None = None
+
+    # PostgreSQL
+    database_url: str | None = None
+    # The URL in a file (a container's mounted secret: each service its own PostgreSQL role, `ctxpress db roles`);
+    # read when ``database_url`` is not set.
+    database_url_file: Path | None = None
+    postgres_port: int = 5433
+
+    # Triton
+    triton_url: str | None = None  # gRPC "host:port" of an external Triton
+    triton_http_port: int = 8000
+    triton_grpc_port: int = 8001
+    triton_metrics_port: int = 8002
+    # Where the embedded Triton serves HTTP and gRPC, and where it and the completion worker serve Prometheus
+    # /metrics. None of them asks for a password, so they stay on loopback whatever bind_host says.
+    triton_bind_host: str = "127.0.0.1"
+    metrics_bind_host: str = "127.0.0.1"
+    triton_timeout_s: float = 120.0  # a cold 2,048-token prompt takes ~30 s on 2 CPU cores
+
+    # The CPU engine served by the embedded Triton
+    model_path: Path | None = None
+    draft_model_path: Path | None = None
+    model_name: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+    n_ctx: int = 4096  # per sequence: the longest prompt + completion of one file
+    n_threads: int = 0  # 0: adaptive (serving.host_load); N: always N
+    # KV cache element type: "f16", "q8_0" (INT8) or "q4_0" (INT4, measured and not recommended).
+    kv_cache_type: str = "f16"
+    # Files whose KV the engine keeps at once (each up to n_ctx cells): the pool's memory budget.
+    kv_pool_slots: int = 4
+    # Disk budget of the pool's second tier: evicted files' KV (and every file's at shutdown) kept in
+    # <home>/kv and read back instead of processed again; 0 turns the tier off.
+    kv_disk_budget_mb: int = Field(default=2048, ge=0)
+    # Default speculative decoding: "auto" (a policy over measured figures), "none", "ngram", "draft".
+    speculation: str = "auto"
+    # Latency-first admission to the engine (5 ms window, urgent first, earliest deadline first, a prompt
+    # giving way to a request due before it, warm-ups last); off: arrival order.
+    batching: bool = True
+    # The 0.5B draft model: on by default when its package is installed; "off" disables it.
+    draft_model: str = "packaged"
+
+    # Completion worker
+    completion_subject: str = SUBJECT_COMPLETE
+    completion_queue: str = "ctxpress-completion"
+    feedback_subject: str = SUBJECT_FEEDBACK
+    # Sharded deployments: this worker serves `<completion_subject>.<shard>` behind `ctxpress gateway`.
+    shard: int | None = None
+    shards: int = 1
+    worker_metrics_port: int = 9400  # Prometheus /metrics of the completion worker; 0 = off
+    # 1 MiB: twice the largest file the index takes; every pass over a request's text (parsing,
+    # tokenizing) costs in proportion to it
+    max_request_bytes: int = 1024 * 1024
+    window_lines: int = 200  # the seed's baseline: +-200 lines around the cursor
+    # The seed's baseline window is uncapped (~4,000 tokens for 400 lines of code); we cap it at
+    # 2,048 so a cold baseline prompt stays within tens of seconds on a 2-core CPU engine.
+    baseline_budget_tokens: int = 2048
+    context_budget_tokens: int = 1024  # optimized mode: the seed's personal-scale budget
+    # stable_head: the share of that budget the file's head takes (context/sources/file_head.py)
+    context_head_share: float = Field(default=DEFAULT_HEAD_SHARE, ge=0.0, le=0.9)
+    # Above this much CPU time, optimized context assembly gives up and the baseline window is used.
+    assembly_timeout_ms: float = 20.0
+    default_max_tokens: int = 64
+    # `ctxpress lsp`: milliseconds to wait after a keystroke before asking (0: adaptive).
+    lsp_debounce_ms: int = 0
+
+    # `ctxpress serve-http` (ctxpress/http/): the HTTP APIs editor plugins already speak (llama.cpp's /infill,
+    # Tabby's /v1/completions, OpenAI/Mistral FIM), each turned into a ctxpress.v1.complete request.
+    http_host: str | None = None  # default: bind_host
+    http_port: int = 8012  # where llama.vscode and llama.vim look for a llama.cpp server by default
+    # A bearer token every request must carry once set (required in team mode and off loopback); the file
+    # form keeps it out of the environment of every process.
+    http_token: SecretStr | None = None
+    http_token_file: Path | None = None
+    # Where a plugin that sends no file path (llama.vscode, llama.vim, Continue) is said to be editing;
+    # the X-Ctxpress-Repository, X-Ctxpress-Path and X-Ctxpress-Language headers override them per request.
+    http_repository: str = "editor"
+    http_path: str = "untitled"
+    http_language: str | None = None  # default: from the path's suffix
+
+    # Repository index (embedder served by Triton, chunks in PostgreSQL, events through JetStream)
+    embedding_model_path: Path | None = None  # an ONNX sentence embedder; default: packaged all-MiniLM-L6-v2 int8
+    embedding_threads: int = 1  # onnxruntime threads: the completion engine needs the other cores
+    index_max_file_bytes: int = 512 * 1024
+    index_stream: str = "CTXPRESS_INDEX"
+    # Copies JetStream keeps of the index stream and its consumer: 3 on a three-node NATS cluster, so that losing
+    # one node loses no event; 1 on the embedded single server.
+    index_stream_replicas: int = Field(default=1, ge=1, le=5)
+    index_consumer: str = "ctxpress-indexer"
+    index_status_subject: str = "ctxpress.v1.index.status"
+    # An event the index worker cannot apply (database or embedder down) comes back after a delay doubling from
+    # base to max; after max_deliver tries (about 1.5 h with the defaults) it goes to the dead-letter stream
+    # (``<index_stream>_DEAD``, kept 30 days), which ``ctxpress status`` reports, instead of being dropped.
+    index_retry_base_s: float = Field(default=2.0, gt=0)
+    index_retry_max_s: float = Field(default=600.0, gt=0)
+    index_max_deliver: int = Field(default=20, ge=2, le=1000)
+    retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
+    retrieval_top_k: int = 6
+    retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see context/sources/retrieval.py)
+
+    # Supervisor (ctxpress/supervisor.py): restarts an embedded part whose process is gone, after a backoff
+    # doubling from initial to max that starts over once the part has stayed up reset_s.
+    supervisor_interval_s: float = 1.0
+    supervisor_backoff_initial_s: float = 1.0
+    supervisor_backoff_max_s: float = 30.0
+    supervisor_backoff_reset_s: float = 60.0
+    # A worker whose live process fails this many probes in a row over at least hang_s is hung (a frozen
+    # event loop) and is killed. Long enough that a worker busy on two loaded cores still gets through.
+    supervisor_hang_s: float = 20.0
+    supervisor_hang_checks: int = 5
+
+    @cached_property
+    def state_dir(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def run_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.state_dir / "models"
+
+    def effective_nats_url(self) -> str:
+        if self.nats_url is not None:
+            return self.nats_url
+        host = self.nats_bind_host or self.bind_host
+        # Listening on every address: connect on loopback (an address its TLS certificate names).
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+        return f"nats://{host}:{self.nats_port}"
+
+    def nats_servers(self) -> list[str]:
+        return nats_servers(self.effective_nats_url())
+
+    def effective_triton_url(self) -> str:
+        return self.triton_url or f"{self.triton_bind_host}:{self.triton_grpc_port}"
+
+    def effective_database_url(self) -> str:
+        """The external database, or the embedded one with the password it was initialised with."""
+        if self.database_url is not None:
+            return self.database_url
+        if self.database_url_file is not None:
+            return self.database_url_file.expanduser().read_text().strip()
+        return database_url(self.bind_host, self.postgres_port, stored_password(self.state_dir / "postgres"))
+
+    def metrics_url(self) -> str:
+        return f"http://{self.metrics_bind_host}:{self.triton_metrics_port}/metrics"
+
+
+def nats_servers(url: str) -> list[str]:
+    """What ``nats.connect`` takes for a NATS URL setting: every server of a cluster (comma-separated), so a client
+    starts on any node that is up."""
+    return [server.strip() for server in url.split(",") if server.strip()]
+
+
+def get_settings() -> Settings:
+    return Settings()

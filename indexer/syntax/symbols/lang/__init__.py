@@ -1,1 +1,0 @@
-"""One declaration classifier per language, as ``indexer.syntax.symbols.extract`` dispatches to them."""

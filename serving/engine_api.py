@@ -1,0 +1,105 @@
+"""The seam in front of the engine: all the workers ask of one is to complete a prompt, streaming its text,
+and to cancel a request nobody waits for. ``CompletionEngine`` says so; the Triton client
+(serving/triton_client.py) is the product's engine behind it, serving/scripted_engine.py an in-process one
+that the service's unit tests run against. ``complete`` is the one way a worker calls either: it gathers
+the stream into a result, times it, and bounds it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ctxpress_core.errors import InferenceTimeout
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One prompt for the engine. ``cache_key``: the file the prompt belongs to (the engine keeps its KV);
+    ``speculation``: the speculative decoding mode (None: the engine's default); ``request_id``: what
+    ``cancel`` names it by; ``deadline_ms``: past it the engine drops the request by itself;
+    ``template_markers``: where in ``prompt`` the template put its special tokens (serving.fim.fim_markers):
+    the engine reads every other character as text, so a file's own "<|fim_middle|>" cannot steer the model."""
+
+    prompt: str
+    max_tokens: int
+    temperature: float = 0.0
+    stop_words: Sequence[str] = ()
+    cache_key: str | None = None
+    speculation: str | None = None
+    request_id: str | None = None
+    deadline_ms: int | None = None
+    template_markers: Sequence[int] | None = None
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One step of the stream: new text, figures (``ctxpress_core.inference.CTX_*``), and why it ended."""
+
+    text: str
+    figures: dict[str, int] = field(default_factory=dict)
+    finish: str | None = None
+
+
+@dataclass
+class CompletionResult:
+    text: str
+    finish_reason: str | None = None
+    figures: dict[str, int] = field(default_factory=dict)
+    first_token_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+class CompletionEngine(Protocol):
+    def stream(self, request: EngineRequest) -> AsyncIterator[Piece]:
+        """The completion of ``request.prompt``, piece by piece; raises an ``InferenceError`` when it fails."""
+        ...
+
+    async def cancel(self, request_id: str) -> bool:
+        """Abandon a request (dropped if queued, stopped at its next step if running). True when the engine
+        knew it; never raises (a failed cancel leaves the deadline to stop it)."""
+        ...
+
+
+_cancels: set[asyncio.Task[bool]] = set()  # cancels on their way (kept referenced)
+
+
+async def complete(engine: CompletionEngine, prompt: str, *, max_tokens: int, timeout_s: float = 30.0,
+                   temperature: float = 0.0, stop_words: Sequence[str] = (), cache_key: str | None = None,
+                   speculation: str | None = None, request_id: str | None = None,
+                   template_markers: Sequence[int] | None = None) -> CompletionResult:
+    """The whole completion of ``prompt`` within ``timeout_s`` (the engine is told the deadline too). A
+    call that times out or is cancelled tells the engine, without waiting, that nobody reads the answer."""
+    request = EngineRequest(prompt, max_tokens, temperature, stop_words, cache_key, speculation, request_id,
+                            int(timeout_s * 1000), template_markers)
+    started = time.perf_counter()
+    result = CompletionResult(text="")
+    pieces: list[str] = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for piece in engine.stream(request):
+                if piece.text and not pieces:
+                    result.first_token_ms = (time.perf_counter() - started) * 1000
+                if piece.text:
+                    pieces.append(piece.text)
+                result.figures.update(piece.figures)
+                result.finish_reason = piece.finish or result.finish_reason
+    except TimeoutError as exc:
+        _cancel_later(engine, request_id)
+        raise InferenceTimeout(f"no answer from {engine} within {timeout_s:.1f}s") from exc
+    except asyncio.CancelledError:
+        _cancel_later(engine, request_id)
+        raise
+    result.text = "".join(pieces)
+    result.total_ms = (time.perf_counter() - started) * 1000
+    return result
+
+
+def _cancel_later(engine: CompletionEngine, request_id: str | None) -> None:
+    if request_id is None:
+        return
+    task = asyncio.get_running_loop().create_task(engine.cancel(request_id))
+    _cancels.add(task)
+    task.add_done_callback(_cancels.discard)

@@ -1,0 +1,1 @@
+"""One declaration classifier per language, as ``syntax.symbols.extract`` dispatches to them."""

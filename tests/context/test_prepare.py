@@ -1,0 +1,28 @@
+"""The in-file context of a request, as the completion worker prepares it (no services: the model's tokenizer)."""
+
+from __future__ import annotations
+
+from context.prepare import ContextPreparer
+from context.session import FileSessions
+from ctxpress.evaluation.bench import third_party_root
+from ctxpress.evaluation.cases import cut_out
+from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import CompletionRequest, content_hash
+from serving.tokenizer import Tokenizer, memoized_counter
+from syntax.warm import warm_up
+
+LONG_FILE = third_party_root() / "engine" / "result.py"  # SQLAlchemy, 2,000+ lines
+
+
+def test_a_long_files_first_request_without_file_opened_is_assembled(tokenizer: Tokenizer) -> None:
+    """No file_opened before it: the file's warm-up is done first, outside the assembly's 20 ms, so the request
+    gets the assembled context, not the window."""
+    warm_up()
+    settings = Settings()
+    assert settings.assembly_timeout_ms == 20.0
+    preparer = ContextPreparer(settings, memoized_counter(tokenizer.count), FileSessions())
+    text, _ = cut_out(LONG_FILE.read_text(encoding="utf-8"), 1500, 8)
+    request = CompletionRequest(repository="sqlalchemy", path="engine/result.py", text=text, line=1500, column=8)
+    prepared = preparer.prepare(request, text, content_hash(text))
+    assert prepared.report.strategy == "ast", prepared.report.degraded
+    assert prepared.report.degraded is None

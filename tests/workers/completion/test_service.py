@@ -1,0 +1,62 @@
+"""The completion service end to end against the in-process engine (serving/scripted_engine.py): what it sends
+the engine, what it answers, and a caller's cancel reaching the engine. No services, no model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from ctxpress_core.settings import Settings
+from serving.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
+from serving.scripted_engine import ScriptedEngine
+from workers.completion.service import CompletionService
+
+TEXT = "def add(a, b):\n    return \n\n\ndef sub(a, b):\n    return a - b\n"
+
+
+def _service(engine: ScriptedEngine) -> CompletionService:
+    return CompletionService(Settings(), engine, count_tokens=lambda s: max(1, len(s) // 4), model_name="m")
+
+
+def _request(**fields: object) -> bytes:
+    return json.dumps({"repository": "r", "path": "m.py", "text": TEXT, "line": 1, "column": 11, **fields}).encode()
+
+
+async def test_a_request_is_answered_from_the_engines_stream() -> None:
+    engine = ScriptedEngine("a + b\n")
+    reply = json.loads(await _service(engine).handle(_request(max_tokens=16), time.perf_counter()))
+    assert reply["completion"] == "a + b"
+    assert reply["finish_reason"] == "stop" and reply["context"]["prompt_tokens"] > 0
+    (sent,) = engine.requests
+    assert sent.prompt.startswith(FIM_PREFIX) and FIM_SUFFIX in sent.prompt and FIM_MIDDLE in sent.prompt
+    assert "    return " in sent.prompt and sent.max_tokens == 16
+    assert sent.cache_key == "m:r:m.py"  # optimized, prefix_cache: the file's own KV
+    assert [sent.prompt[at:].startswith((FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)) for at in sent.template_markers or ()] \
+        == [True, True, True]
+
+
+async def test_max_tokens_bounds_the_stream() -> None:
+    engine = ScriptedEngine("one two three four five")
+    reply = json.loads(await _service(engine).handle(_request(max_tokens=2), time.perf_counter()))
+    assert reply["completion"] == "one two" and reply["finish_reason"] == "length"
+
+
+async def test_a_callers_cancel_answers_cancelled_and_reaches_the_engine() -> None:
+    engine = ScriptedEngine("x " * 50, step_s=0.05)
+    service = _service(engine)
+    answer = asyncio.create_task(service.handle(_request(request_id="abc"), time.perf_counter()))
+    await asyncio.wait_for(engine.streaming.wait(), 30)
+    assert service.cancel(json.dumps({"request_id": "abc"}).encode())
+    reply = json.loads(await answer)
+    assert reply["error"]["code"] == "cancelled"
+    await asyncio.sleep(0.01)  # the engine is told without the reply waiting for it
+    assert engine.cancelled == [engine.requests[0].request_id]
+
+
+async def test_an_engine_past_the_callers_timeout_answers_inference_timeout() -> None:
+    engine = ScriptedEngine("slow " * 10, step_s=1.0)
+    reply = json.loads(await _service(engine).handle(_request(timeout_ms=300), time.perf_counter()))
+    assert reply["error"]["code"] == "inference_timeout"
+    await asyncio.sleep(0.01)
+    assert engine.cancelled == [engine.requests[0].request_id]
