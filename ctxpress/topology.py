@@ -32,7 +32,8 @@ START_TIMEOUT_S = 600.0  # an engine loads its model on two busy cores
 
 
 def free_ports(count: int) -> list[int]:
-    """Distinct free ports (all sockets held until every port is chosen)."""
+    """Distinct free ports: all sockets stay bound until every port is chosen (one at a time, the kernel may hand
+    out the same port twice, and tritonserver refuses equal ports)."""
     sockets = [socket.socket() for _ in range(count)]
     try:
         for s in sockets:

@@ -5,7 +5,6 @@ and in a throw-away state directory, shared by every test that needs services.""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxpress.topology import free_ports
 from ctxpress_core.settings import Settings
 from indexer.embeddings import TritonEmbedder
 from serving.tokenizer import Tokenizer
@@ -22,19 +22,6 @@ from serving.tokenizer import Tokenizer
 
 def free_port() -> int:
     return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free ports: all sockets stay bound until every port is chosen (one at a time,
-    the kernel may hand out the same port twice, and tritonserver refuses equal ports)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @pytest.fixture(scope="session")
