@@ -184,6 +184,7 @@ def _benchmark(args: argparse.Namespace, settings: Settings) -> int:
         choose,
         default_data_dir,
         load_tasks,
+        paired_lines,
         report_lines,
         run_benchmark,
         summarise,
@@ -224,7 +225,7 @@ def _benchmark(args: argparse.Namespace, settings: Settings) -> int:
     selection = (f"seeded sample, seed {args.seed}" if args.limit and args.limit < len(every) else "all")
     meta = {"benchmark": args.benchmark, "n": len(tasks), "total": len(every), "selection": selection,
             "max_tokens": config.max_tokens, "load_before": load_before, "load_after": _load_average()}
-    for line in report_lines(args.benchmark, summary, meta):
+    for line in [*report_lines(args.benchmark, summary, meta), *paired_lines(rows)]:
         print(line)
     print(json.dumps({"benchmark": meta, "arms": summary}))
     return 0

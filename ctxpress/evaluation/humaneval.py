@@ -286,6 +286,38 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def paired(first: Sequence[dict[str, Any]], second: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """(tasks the first arm passes and the second fails, the reverse): on a small sample the difference in
+    pass@1 is these two counts, and only they say whether it is more than a coin would give."""
+    passes = {r["task_id"]: bool(r.get("passed")) for r in second}
+    only_first = sum(1 for r in first if r.get("passed") and not passes.get(r["task_id"], False))
+    only_second = sum(1 for r in first if not r.get("passed") and passes.get(r["task_id"], False))
+    return only_first, only_second
+
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Two-sided exact sign test on the discordant tasks (ties dropped): the chance of a split at least this
+    uneven if neither arm were better."""
+    from math import comb
+
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(comb(n, k) for k in range(min(wins, losses) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired_lines(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
+    names = [n for n in rows if rows[n]]
+    lines = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            wins, losses = paired(rows[a], rows[b])
+            lines.append(f"paired: {arm_label(a)} passes where {arm_label(b)} fails on {wins} tasks, the reverse "
+                         f"on {losses} (sign test p = {sign_test_p(wins, losses):.2f})")
+    return lines
+
+
 # Published figures, quoted only from a source that was read, with where it was read. Each: (label, metric,
 # figure in percent, source). Kept beside ours for scale, never compared as if measured the same way.
 PUBLISHED: dict[str, list[tuple[str, str, float, str]]] = {}

@@ -17,11 +17,14 @@ from ctxpress.evaluation.humaneval import (
     default_data_dir,
     editor_view,
     load_tasks,
+    paired,
+    paired_lines,
     plain_fim_prompt,
     program,
     report_lines,
     run_benchmark,
     score_task,
+    sign_test_p,
     summarise,
 )
 
@@ -175,3 +178,14 @@ def test_summary_counts_a_failed_request_as_a_miss() -> None:
     lines = report_lines("humaneval-single", {"optimized": figures},
                          {"n": 3, "total": 1033, "selection": "seeded sample, seed 0", "max_tokens": 64})
     assert "ctxpress optimized" in lines[2] and "33.3" in lines[2]
+
+
+def test_paired_counts_only_the_tasks_where_the_arms_disagree() -> None:
+    first = [{"task_id": t, "passed": p} for t, p in (("a", 1.0), ("b", 1.0), ("c", 0.0), ("d", 0.0))]
+    second = [{"task_id": t, "passed": p} for t, p in (("a", 1.0), ("b", 0.0), ("c", 1.0), ("d", 0.0))]
+    assert paired(first, second) == (1, 1)
+    assert paired(first, [{"task_id": "a", "error": "x"}]) == (2, 0)  # an unanswered task is a miss
+    assert sign_test_p(1, 1) == 1.0 and sign_test_p(0, 0) == 1.0
+    assert sign_test_p(8, 0) == pytest.approx(2 / 256)
+    assert sign_test_p(0, 8) == sign_test_p(8, 0)
+    assert "on 1 tasks, the reverse on 1" in paired_lines({"optimized": first, "llama-server": second})[0]
