@@ -21,8 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ev.add_argument("--benchmark", choices=["humaneval-single", "humaneval-multi", "humaneval-span"],
                     help="a public FIM benchmark instead of --cases: HumanEval infilling, each completion run with "
                          "its tests in a sandbox (pass@1) beside EM/ES (see ctxpress/evaluation/humaneval.py)")
-    ev.add_argument("--mode", choices=["baseline", "optimized", "both"],
-                    help="default: both with --cases, optimized with --benchmark")
+    ev.add_argument("--mode", choices=["baseline", "optimized", "both", "none"],
+                    help="default: both with --cases, optimized with --benchmark; none: --benchmark with only "
+                         "the --peer-server arm (e.g. another model file, by CTXPRESS_MODEL_PATH)")
     ev.add_argument("--features", default="",
                     help="ablation for optimized: --features=-summaries, --features crop=off,summaries=on")
     ev.add_argument("--out", type=Path, help="write one JSON line per request here")
@@ -138,6 +139,9 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     if args.peer_server is not None or args.canonical:
         print("error: --peer-server and --canonical go with --benchmark", file=sys.stderr)
         return 2
+    if args.mode == "none":
+        print("error: --mode none goes with --benchmark and --peer-server", file=sys.stderr)
+        return 2
     args.mode = args.mode or "both"
     args.max_tokens = args.max_tokens or 24
     from ctxpress.evaluation.cases import read_cases
@@ -204,7 +208,11 @@ def _benchmark(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     tasks = choose(every, args.limit, args.seed)
     mode = args.mode or "optimized"
-    modes = [] if args.canonical else ["optimized", "baseline"] if mode == "both" else [mode]
+    if mode == "none" and (args.peer_server is None or args.canonical):
+        print("error: --mode none needs --peer-server (and no --canonical)", file=sys.stderr)
+        return 2
+    modes = ([] if args.canonical or mode == "none" else ["optimized", "baseline"] if mode == "both"
+             else [mode])
     model = None
     if args.peer_server is not None and not args.canonical:
         from serving.weights import TARGET, ensure_model

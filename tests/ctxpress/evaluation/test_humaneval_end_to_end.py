@@ -42,3 +42,5 @@ def test_benchmark_arguments_are_checked(appliance: Any) -> None:
     assert both.returncode == 2 and "one of --cases or --benchmark" in both.stderr
     missing = appliance.ctxpress("eval", "--benchmark", "humaneval-span", "--peer-server", "/nonexistent/llama")
     assert missing.returncode == 2 and "no such file" in missing.stderr
+    alone = appliance.ctxpress("eval", "--benchmark", "humaneval-span", "--mode", "none")
+    assert alone.returncode == 2 and "--mode none needs --peer-server" in alone.stderr
