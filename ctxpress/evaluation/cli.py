@@ -17,13 +17,30 @@ from ctxpress_core.settings import Settings
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ev = sub.add_parser("eval", help="quality and latency, baseline against optimized (see also `eval make-cases`)")
-    ev.add_argument("--cases", type=Path, required=True, help="JSONL file of cases")
-    ev.add_argument("--mode", choices=["baseline", "optimized", "both"], default="both")
+    ev.add_argument("--cases", type=Path, help="JSONL file of cases (or --benchmark)")
+    ev.add_argument("--benchmark", choices=["humaneval-single", "humaneval-multi", "humaneval-span"],
+                    help="a public FIM benchmark instead of --cases: HumanEval infilling, each completion run with "
+                         "its tests in a sandbox (pass@1) beside EM/ES (see ctxpress/evaluation/humaneval.py)")
+    ev.add_argument("--mode", choices=["baseline", "optimized", "both", "none"],
+                    help="default: both with --cases, optimized with --benchmark; none: --benchmark with only "
+                         "the --peer-server arm (e.g. another model file, by CTXPRESS_MODEL_PATH)")
     ev.add_argument("--features", default="",
                     help="ablation for optimized: --features=-summaries, --features crop=off,summaries=on")
     ev.add_argument("--out", type=Path, help="write one JSON line per request here")
-    ev.add_argument("--limit", type=int, help="only the first N cases")
-    ev.add_argument("--max-tokens", type=int, default=24, help="scoring reads the first line only")
+    ev.add_argument("--limit", type=int, help="only the first N cases; with --benchmark a seeded sample of N tasks")
+    ev.add_argument("--seed", type=int, default=0, help="--benchmark: the seed of the --limit sample")
+    ev.add_argument("--max-tokens", type=int,
+                    help="default: 24 with --cases (scoring reads the first line only); with --benchmark the "
+                         "editors' default (settings.default_max_tokens)")
+    ev.add_argument("--peer-server", type=Path, metavar="LLAMA_SERVER",
+                    help="--benchmark: also ask this llama-server binary, same model file, plain FIM prompt")
+    ev.add_argument("--canonical", action="store_true",
+                    help="--benchmark: score the canonical solutions instead of a model (the harness's own check; "
+                         "needs no services)")
+    ev.add_argument("--data", type=Path,
+                    help="--benchmark: the folder of the data files (default: $CTXPRESS_HUMANEVAL_DIR or "
+                         "../shared/bench/human-eval-infilling)")
+    ev.add_argument("--test-timeout", type=float, default=10.0, help="--benchmark: seconds each task's tests may run")
     ev.add_argument("--budget", type=int, help="context budget in tokens (default: the deployment's)")
     ev.add_argument("--gate", type=float, metavar="POINTS",
                     help="exit 1 when optimized exact match is more than POINTS below baseline (stop-loss)")
@@ -120,6 +137,19 @@ def cmd_make_cases(argv: list[str]) -> int:
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    if (args.cases is None) == (args.benchmark is None):
+        print("error: give one of --cases or --benchmark", file=sys.stderr)
+        return 2
+    if args.benchmark is not None:
+        return _benchmark(args, settings)
+    if args.peer_server is not None or args.canonical:
+        print("error: --peer-server and --canonical go with --benchmark", file=sys.stderr)
+        return 2
+    if args.mode == "none":
+        print("error: --mode none goes with --benchmark and --peer-server", file=sys.stderr)
+        return 2
+    args.mode = args.mode or "both"
+    args.max_tokens = args.max_tokens or 24
     from ctxpress.evaluation.cases import read_cases
     from ctxpress.evaluation.runner import EvalConfig, ratios, report_lines, run_eval, summarise
 
@@ -156,6 +186,71 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         summary["gate"] = {"limit_points": args.gate, "drop_points": drop, "passed": status == 0}
     print(json.dumps(summary))
     return status
+
+
+def _benchmark(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.evaluation.humaneval import (
+        BenchmarkConfig,
+        choose,
+        default_data_dir,
+        load_tasks,
+        paired_lines,
+        report_lines,
+        run_benchmark,
+        summarise,
+    )
+
+    if args.features or args.budget or args.gate is not None:
+        print("error: --features, --budget and --gate go with --cases", file=sys.stderr)
+        return 2
+    if args.peer_server is not None and not args.peer_server.is_file():
+        print(f"error: --peer-server {args.peer_server}: no such file", file=sys.stderr)
+        return 2
+    data = args.data or default_data_dir()
+    try:
+        every = load_tasks(args.benchmark, data)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    tasks = choose(every, args.limit, args.seed)
+    mode = args.mode or "optimized"
+    if mode == "none" and (args.peer_server is None or args.canonical):
+        print("error: --mode none needs --peer-server (and no --canonical)", file=sys.stderr)
+        return 2
+    modes = ([] if args.canonical or mode == "none" else ["optimized", "baseline"] if mode == "both"
+             else [mode])
+    model = None
+    if args.peer_server is not None and not args.canonical:
+        from serving.weights import TARGET, ensure_model
+
+        model = Path(settings.model_path or ensure_model(TARGET, settings.models_dir))
+    config = BenchmarkConfig(args.benchmark, settings.effective_nats_url(), settings.completion_subject, modes,
+                             args.max_tokens or settings.default_max_tokens,
+                             peer_server=None if args.canonical else args.peer_server, model=model,
+                             peer_threads=os.cpu_count() or 2, test_timeout_s=args.test_timeout,
+                             canonical=args.canonical)
+    load_before = _load_average()
+    try:
+        rows = asyncio.run(run_benchmark(tasks, config, args.out))
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary = {arm: summarise(arm_rows) for arm, arm_rows in rows.items()}
+    selection = (f"seeded sample, seed {args.seed}" if args.limit and args.limit < len(every) else "all")
+    meta = {"benchmark": args.benchmark, "n": len(tasks), "total": len(every), "selection": selection,
+            "max_tokens": config.max_tokens, "load_before": load_before, "load_after": _load_average()}
+    for line in [*report_lines(args.benchmark, summary, meta), *paired_lines(rows)]:
+        print(line)
+    print(json.dumps({"benchmark": meta, "arms": summary}))
+    return 0
+
+
+def _load_average() -> str:
+    """The host's 1/5/15-minute load averages (figures are stated with the load they ran under)."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 async def _editor_typing(typing_file: Path | None, cfg: Any, settings: Settings,

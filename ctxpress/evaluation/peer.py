@@ -91,7 +91,11 @@ class PeerServer:
         stop_process(self.process)
 
     def infill(self, body: dict[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(self.url + "/infill", data=json.dumps(body).encode(),
+        return self.post("/infill", body)
+
+    def post(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` as JSON to ``endpoint`` (``/infill``, ``/completion``); the decoded answer."""
+        request = urllib.request.Request(self.url + endpoint, data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=600) as r:
             return dict(json.loads(r.read()))
