@@ -1,5 +1,5 @@
 """What in-file assembly produces: the assembled prompt parts and the blocks of context chosen or dropped,
-each with the reason (the data every stage of workers/context passes on; no logic of its own)."""
+each with the reason (the data every stage of the context library passes on; no logic of its own)."""
 
 from __future__ import annotations
 

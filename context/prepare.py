@@ -1,5 +1,5 @@
 """The in-file context of one request: the baseline window (mode=baseline, or the ``crop`` feature off),
-the assembled context of mode=optimized (workers/context), or, for a file with a line too long to parse,
+the assembled context of mode=optimized (context/assemble.py), or, for a file with a line too long to parse,
 the window with its long lines cut. CPU-bound: runs in an executor."""
 
 from __future__ import annotations
