@@ -172,13 +172,27 @@ def sync_authorization(settings: Settings, report: Callable[[str], None] = print
     return path
 
 
-def _config_load_time(settings: Settings) -> str | None:
-    url = f"http://{monitor_host(settings)}:{settings.nats_monitor_port}/varz"
+def _config_load_time(varz_url: str) -> str | None:
     try:
-        with urllib.request.urlopen(url, timeout=2.0) as response:
+        with urllib.request.urlopen(varz_url, timeout=2.0) as response:
             return str(json.loads(response.read()).get("config_load_time"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
+
+
+def signal_reload(pid: int, monitor_url: str, timeout_s: float = 10.0) -> bool:
+    """SIGHUP to the nats-server ``pid``, then wait until its monitoring endpoint (``http://host:port``) says it
+    loaded the config again; False when it did not within ``timeout_s``."""
+    varz = f"{monitor_url}/varz"
+    before = _config_load_time(varz)
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        now = _config_load_time(varz)
+        if now is not None and now != before:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def reload_nats(settings: Settings, timeout_s: float = 10.0) -> bool:
@@ -189,14 +203,8 @@ def reload_nats(settings: Settings, timeout_s: float = 10.0) -> bool:
     pid = NatsPart(settings).pid()
     if pid is None:
         return False
-    before = _config_load_time(settings)
-    os.kill(pid, signal.SIGHUP)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        now = _config_load_time(settings)
-        if now is not None and now != before:
-            return True
-        time.sleep(0.05)
+    if signal_reload(pid, f"http://{monitor_host(settings)}:{settings.nats_monitor_port}", timeout_s):
+        return True
     raise TeamConfigError(f"nats-server (pid {pid}) did not reload its configuration in {timeout_s:.0f}s; "
                           f"see {settings.log_dir / 'nats.log'}")
 

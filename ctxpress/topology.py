@@ -16,14 +16,15 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxpress import deployment
 from ctxpress import topology_spec as spec
+from ctxpress.parts.probes import http_ok
+from ctxpress.parts.triton import engine_ready
+from ctxpress.team import signal_reload
 from ctxpress_core import identity
 from ctxpress_core.settings import Settings
 
@@ -42,14 +43,6 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 @dataclass
@@ -148,22 +141,8 @@ class LocalTopology:
     def reload_nats(self) -> None:
         for node in self.nodes:
             process = self.processes[node.name]
-            if process.alive():
-                before = self._config_load_time(node)
-                os.kill(process.popen.pid, signal.SIGHUP)  # type: ignore[union-attr]
-                deadline = time.monotonic() + 10
-                while self._config_load_time(node) == before and time.monotonic() < deadline:
-                    time.sleep(0.05)
-
-    @staticmethod
-    def _config_load_time(node: deployment.NatsNode) -> str | None:
-        import json
-
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{node.monitor_port}/varz", timeout=2) as response:
-                return str(json.loads(response.read()).get("config_load_time"))
-        except (urllib.error.URLError, OSError, ValueError):
-            return None
+            if process.popen is not None and process.alive():
+                signal_reload(process.popen.pid, f"http://127.0.0.1:{node.monitor_port}")
 
     # --- the services ----------------------------------------------------------------------------------
 
@@ -171,7 +150,7 @@ class LocalTopology:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPRESS_")}
         return {**env, "PYTHONUNBUFFERED": "1"}
 
-    def service_env(self, service: spec.Service, **extra: str) -> dict[str, str]:
+    def service_env(self, service: spec.Service) -> dict[str, str]:
         """A container's environment: a home of its own, the deployment's files it mounts for its credentials and
         role (``topology_spec``), the engine of its shard."""
         s = self.admin_settings()
@@ -180,7 +159,7 @@ class LocalTopology:
                "CTXPRESS_MODEL_PATH": str(self.model), "CTXPRESS_SHARDS": str(len(spec.completion_workers())),
                "CTXPRESS_INDEX_STREAM_REPLICAS": str(min(3, len(self.nodes))),
                "CTXPRESS_WORKER_METRICS_PORT": "0", "CTXPRESS_N_CTX": "2048",
-               "CTXPRESS_RETRIEVAL_TIMEOUT_MS": "3000", **extra}
+               "CTXPRESS_RETRIEVAL_TIMEOUT_MS": "3000"}
         if service.nats_credentials is not None:
             env["CTXPRESS_NATS_CREDENTIALS"] = str(self.home / service.nats_credentials)
         if service.database_url is not None:
@@ -216,7 +195,7 @@ class LocalTopology:
             argv = service.argv(home=str(self.home))
             monitor = f"http://127.0.0.1:{node.monitor_port}/healthz?js-enabled-only=true"
             self._add(Process(node.name, [str(Path(PYTHON).parent / argv[0]), *argv[1:]], self._base_env(),
-                              self.root / "logs" / f"{node.name}.log", lambda _, url=monitor: _http_ok(url))).start()
+                              self.root / "logs" / f"{node.name}.log", lambda _, url=monitor: http_ok(url))).start()
         for node in self.nodes:
             self.processes[node.name].wait_ready(60)
         for engine in engines:
@@ -227,7 +206,7 @@ class LocalTopology:
                    "CTXPRESS_TRITON_METRICS_PORT": str(metrics)}
             self._add(Process(engine.name, [PYTHON, "-m", "serving.triton_server"], env,
                               self.root / "logs" / f"{engine.name}.log",
-                              lambda _, port=http: _engine_ready(port))).start()
+                              lambda _, port=http: engine_ready(f"http://127.0.0.1:{port}"))).start()
         for engine in engines:
             self.processes[engine.name].wait_ready(START_TIMEOUT_S)
         self.report(f"  NATS, PostgreSQL and {len(engines)} engines ready after {time.monotonic() - started:.0f} s")
@@ -248,11 +227,6 @@ class LocalTopology:
 
     def engine_url(self, engine: str) -> str:
         return f"127.0.0.1:{self.processes[engine].env['CTXPRESS_TRITON_GRPC_PORT']}"
-
-    def restart(self, name: str) -> None:
-        process = self.processes[name]
-        process.stop()
-        process.start()
 
     def stop(self) -> None:
         for process in reversed(self.processes.values()):  # the services, then the engines, then NATS
@@ -285,11 +259,3 @@ def _logged(needle: str) -> Callable[[Process], bool]:
         except OSError:
             return False
     return ready
-
-
-def _engine_ready(http_port: int) -> bool:
-    from ctxpress_core import inference
-
-    base = f"http://127.0.0.1:{http_port}"
-    models = (inference.COMPLETION_MODEL, inference.EMBEDDING_MODEL)
-    return _http_ok(f"{base}/v2/health/ready") and all(_http_ok(f"{base}/v2/models/{m}/ready") for m in models)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -43,6 +44,10 @@ log = logging.getLogger("ctxpress.gateway")
 
 # (user, request or completion id) -> the shard that served it, for the cancel and feedback that follow a request.
 REMEMBERED_REQUESTS = 50_000
+# A NATS node lost: its clients reconnect to another node within seconds (nats-py waits 2 s between tries of
+# one server), and until then nobody serves their shards' subjects.
+NO_WORKER_GRACE_S = 5.0
+NO_WORKER_PAUSE_S = 0.25
 # A request id longer than the wire allows is not remembered (the worker refuses the request anyway).
 MAX_ID_CHARS = 128
 
@@ -74,7 +79,10 @@ def read_head(data: bytes) -> Head:
 
 
 def route(data: bytes, shards: int, exclude: frozenset[int] = frozenset()) -> int:
-    head = read_head(data)
+    return route_head(read_head(data), shards, exclude)
+
+
+def route_head(head: Head, shards: int, exclude: frozenset[int] = frozenset()) -> int:
     if head.repository is None or head.path is None:
         return min(set(range(shards)) - exclude, default=0)
     return shard_for(head.repository, head.path, shards, exclude)
@@ -112,33 +120,47 @@ class Gateway:
         while len(self.served) > REMEMBERED_REQUESTS:
             self.served.popitem(last=False)
 
-    async def relay(self, data: bytes, subject_of: Callable[[int], str], shard: int) -> tuple[bytes, int]:
+    async def relay(self, data: bytes, subject_of: Callable[[int], str], head: Head,
+                    shard: int | None = None) -> tuple[bytes, int]:
         """The reply of ``shard`` or, if it is down (no worker subscribed there, or its worker cannot reach its
         engine), of the shard the file would have without it, once: rendezvous hashing moves only the dead shard's
-        files, and there is nothing to forget when it comes back."""
+        files, and there is nothing to forget when it comes back. When no shard has a worker at all (a NATS node
+        lost: the workers' subscriptions are moving to a live node), asked again for up to ``NO_WORKER_GRACE_S``."""
+        first = route_head(head, self.shards) if shard is None else shard
+        deadline = time.monotonic() + NO_WORKER_GRACE_S
+        while True:
+            payload, shard, anyone = await self._relay_once(data, subject_of, head, first)
+            if payload is not None:
+                return payload, shard
+            if anyone or time.monotonic() >= deadline:
+                return error_payload(ErrorCode.INFERENCE_UNAVAILABLE, f"shard {shard} did not answer"), shard
+            await asyncio.sleep(NO_WORKER_PAUSE_S)
+
+    async def _relay_once(self, data: bytes, subject_of: Callable[[int], str], head: Head,
+                          shard: int) -> tuple[bytes | None, int, bool]:
+        """The reply (None if none came), the shard that gave it, and whether any shard had a worker."""
         payload: bytes | None = None
+        anyone = False
         for attempt in range(2):
             try:
                 reply = await self.nc.request(subject_of(shard), data, timeout=self.settings.triton_timeout_s + 10)
-                payload = reply.data
+                payload, anyone = reply.data, True
                 if not engine_unavailable(payload):
-                    return payload, shard
+                    return payload, shard, True
                 why = "cannot reach its engine"
             except NoRespondersError:
                 why = "has no worker"
             except TimeoutError:
-                break  # a slow shard is not a dead one: retrying would only double the work
-            retry = route(data, self.shards, frozenset({shard}))
+                return payload, shard, True  # a slow shard is not a dead one: retrying would only double the work
+            retry = route_head(head, self.shards, frozenset({shard}))
             if attempt == 1 or retry == shard:
                 break
             log.warning("shard %d %s: retrying on shard %d", shard, why, retry)
             shard = retry
-        if payload is not None:
-            return payload, shard
-        return error_payload(ErrorCode.INFERENCE_UNAVAILABLE, f"shard {shard} did not answer"), shard
+        return payload, shard, anyone
 
     async def single_user(self, msg: Msg, base: str) -> bytes:
-        payload, _ = await self.relay(msg.data, lambda shard: f"{base}.{shard}", route(msg.data, self.shards))
+        payload, _ = await self.relay(msg.data, lambda shard: f"{base}.{shard}", read_head(msg.data))
         return payload
 
     async def team_request(self, msg: Msg) -> bytes:
@@ -147,9 +169,10 @@ class Gateway:
         if user is None:  # the subscription's wildcard matched a token that is not a user name
             return error_payload(ErrorCode.FORBIDDEN, "requests are served on ctxpress.v1.u.<user>.* only")
         head = read_head(msg.data)
-        self.remember(user, head.request_id, route(msg.data, self.shards))  # a cancel may come before the reply
-        payload, shard = await self.relay(msg.data, lambda shard: forwarded_to_shard(msg.subject, user, shard),
-                                          route(msg.data, self.shards))
+        shard = route_head(head, self.shards)
+        self.remember(user, head.request_id, shard)  # a cancel may come before the reply
+        payload, shard = await self.relay(msg.data, lambda shard: forwarded_to_shard(msg.subject, user, shard), head,
+                                          shard)
         self.remember(user, head.request_id, shard)
         return payload
 
@@ -159,11 +182,13 @@ class Gateway:
         user = subject_user(msg.subject)
         if user is None:
             return error_payload(ErrorCode.FORBIDDEN, "requests are served on ctxpress.v1.u.<user>.* only")
-        completion_id = read_head(msg.data).request_id
+        head = read_head(msg.data)
+        completion_id = head.request_id
         shard = self.served.get((user, completion_id)) if completion_id else None
         if shard is None:
             shard = shard_for("", completion_id or "", self.shards)
-        payload, _ = await self.relay(msg.data, lambda shard: forwarded_to_shard(msg.subject, user, shard), shard)
+        payload, _ = await self.relay(msg.data, lambda shard: forwarded_to_shard(msg.subject, user, shard), head,
+                                      shard)
         return payload
 
     async def team_cancel(self, msg: Msg) -> None:

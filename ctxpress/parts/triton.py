@@ -61,8 +61,11 @@ class TritonPart(Part):
         if self.external:
             host, _, port = self.address().rpartition(":")
             return port_open(host, int(port))
-        base = f"http://{self.settings.triton_bind_host}:{self.settings.triton_http_port}"
-        # Every served model must be ready: a model's stub can fail after the server says ready.
-        models = (inference.COMPLETION_MODEL, inference.EMBEDDING_MODEL)
-        return http_ok(f"{base}/v2/health/ready") and all(
-            http_ok(f"{base}/v2/models/{model}/ready") for model in models)
+        return engine_ready(f"http://{self.settings.triton_bind_host}:{self.settings.triton_http_port}")
+
+
+def engine_ready(base: str) -> bool:
+    """The Triton server at ``base`` (``http://host:port``) and every model it serves are ready: a model's stub can
+    fail after the server says ready."""
+    models = (inference.COMPLETION_MODEL, inference.EMBEDDING_MODEL)
+    return http_ok(f"{base}/v2/health/ready") and all(http_ok(f"{base}/v2/models/{model}/ready") for model in models)

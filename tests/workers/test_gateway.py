@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from ctxpress_core.errors import ErrorCode
-from workers.gateway import engine_unavailable, error_payload, read_head, route
+from ctxpress_core.settings import get_settings
+from workers.gateway import NO_WORKER_GRACE_S, Gateway, engine_unavailable, error_payload, read_head, route
 from workers.sharding import shard_for
 
 pytestmark = pytest.mark.services
@@ -91,3 +92,33 @@ async def test_gateway_sends_each_file_to_its_shard(appliance: Any, nats_client:
         for proc in (worker, gateway):
             proc.terminate()
             proc.wait(timeout=30)
+
+
+async def test_a_request_waits_out_a_moment_when_no_shard_has_a_worker(nats_client: Any) -> None:
+    """A NATS node lost: the workers resubscribe through another node a moment later, and a request sent in
+    between is answered once they are back, not refused."""
+    gateway = Gateway(nats_client, get_settings().model_copy(update={"shards": 2}))
+    data = json.dumps({"repository": "repo", "path": "pkg/a.py"}).encode()
+    relayed = asyncio.create_task(gateway.relay(data, lambda shard: f"test.grace.{shard}", read_head(data)))
+    await asyncio.sleep(1.0)
+    assert not relayed.done()
+
+    async def answer(msg: Any) -> None:
+        await msg.respond(json.dumps({"served_by": msg.subject}).encode())
+
+    subscriptions = [await nats_client.subscribe(f"test.grace.{shard}", cb=answer) for shard in (0, 1)]
+    try:
+        payload, shard = await asyncio.wait_for(relayed, 10)
+        assert json.loads(payload) == {"served_by": f"test.grace.{shard}"}
+        assert shard == shard_for("repo", "pkg/a.py", 2)
+    finally:
+        for sub in subscriptions:
+            await sub.unsubscribe()
+
+
+async def test_a_request_no_shard_serves_is_refused_after_the_grace(nats_client: Any) -> None:
+    gateway = Gateway(nats_client, get_settings().model_copy(update={"shards": 2}))
+    data = json.dumps({"repository": "repo", "path": "pkg/a.py"}).encode()
+    payload, _ = await asyncio.wait_for(gateway.relay(data, lambda shard: f"test.nobody.{shard}", read_head(data)),
+                                        NO_WORKER_GRACE_S + 5)
+    assert json.loads(payload)["error"]["code"] == ErrorCode.INFERENCE_UNAVAILABLE
