@@ -2,27 +2,42 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
 
 .PHONY: install demo test lint up down clean eval-long eval-short eval-cross bench fuzz faults editor-clients e2e
 
-install: $(STAMP)
+# llama-cpp-python compiles llama.cpp with ggml's CPU backend as run-time variants: one
+# libggml-cpu-<microarch>.so per x86-64 generation (SSE4.2 … AVX2, AVX-512, AMX) beside libllama.so,
+# none compiled for this CPU in particular (GGML_NATIVE=OFF), so one install runs on every x86-64 host.
+# serving/cpu_kernels.py asks Linux for the AMX tile state and loads the best variant the host runs
+# (AMX only where the CPU has it and the tile state was granted; CTXPRESS_CPU_KERNELS forces one).
+# CMAKE_INSTALL_BINDIR puts the variants into the package's lib/ (ggml installs backends to bin/).
+# serving/gcc_amx_tile_fix.h is force-included into every C++ file: with GCC 12 the AMX variant's tile
+# configuration lost its rows and widths (dead stores to it), and its first tile instruction was a SIGILL.
+# The wheel is built once per machine, version and flags (9-14 min on 2 shared cores) into LLAMA_WHEELS and
+# installed from there: pip's own wheel cache would hand back a wheel built with other flags.
+LLAMA_CPP := $(shell grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DCMAKE_INSTALL_BINDIR=llama_cpp/lib
+LLAMA_CXXFLAGS := -include $(abspath serving/gcc_amx_tile_fix.h)
+LLAMA_KEY := $(shell (echo '$(LLAMA_CPP) $(LLAMA_CMAKE_ARGS)'; cat serving/gcc_amx_tile_fix.h) | sha1sum | cut -c1-12)
+LLAMA_WHEELS ?= $(HOME)/.cache/ctxpress/llama-wheels/$(LLAMA_KEY)
+STAMP := $(VENV)/.installed-$(LLAMA_KEY)
 
-# llama-cpp-python compiles llama.cpp (~8 min on 2 cores); pip keeps the built wheel in its
-# cache, so later installs on the same machine reuse it. It is compiled for this CPU
-# (-march=native) less AMX: on a host that reports AMX, ggml's AMX kernels stopped the engine
-# with an illegal instruction (SIGILL) at its first matrix product.
-ifeq ($(shell uname -m),x86_64)
-NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
-endif
+install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	@echo "installing ctxpress and its models into $(VENV) (first time: llama.cpp compiles, ~8 min)…"
 	@start=$$(date +%s); \
-	CFLAGS="$$CFLAGS $(NO_AMX)" CXXFLAGS="$$CXXFLAGS $(NO_AMX)" \
-	$(PY) -m pip install --quiet --progress-bar off -e '.[dev,models]' && \
+	if ! ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
+		echo "building $(LLAMA_CPP) with its CPU variants into $(LLAMA_WHEELS) (first time: 9-14 min on 2 cores)…"; \
+		rm -rf $(LLAMA_WHEELS).partial && \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CXXFLAGS="$$CXXFLAGS $(LLAMA_CXXFLAGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
+			--no-binary llama-cpp-python -w $(LLAMA_WHEELS).partial '$(LLAMA_CPP)' && \
+		rm -rf $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).partial $(LLAMA_WHEELS) || exit 1; \
+	fi; \
+	echo "installing ctxpress and its models into $(VENV)…"; \
+	$(PY) -m pip install --quiet --progress-bar off --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-*.whl && \
+	$(PY) -m pip install --quiet --progress-bar off --find-links $(LLAMA_WHEELS) -e '.[dev,models]' && \
 	echo "install took $$(( $$(date +%s) - start ))s"
 	@touch $(STAMP)
 

@@ -98,7 +98,11 @@ class LlamaEngine:
         self.live_waiting = 0
         self._rng = np.random.default_rng(0)
         self.target = LlamaRunner(config.model_path, n_ctx=config.n_ctx, n_slots=config.n_slots,
-                                  n_threads=threads, n_batch=config.n_batch, kv_type=config.kv_type)
+                                  n_threads=threads, n_batch=config.n_batch, kv_type=config.kv_type,
+                                  kernels=config.cpu_kernels)
+        backend = self.target.cpu_backend
+        log.info("llama.cpp CPU kernels: %s (%s, asked for %s); AMX tile state: %s", backend.path, backend.variant,
+                 backend.requested, backend.amx.reason)
         self.pool = KVPool(config.n_slots, config.n_ctx)
         self.disk: PoolDisk | None = None
         if config.kv_disk_dir is not None and config.kv_disk_budget_bytes > 0:
@@ -114,7 +118,7 @@ class LlamaEngine:
             try:
                 self.draft = DraftModel(LlamaRunner(config.draft_model_path, n_ctx=config.draft_n_ctx, n_slots=1,
                                                     n_threads=threads, n_batch=config.n_batch,
-                                                    kv_type=config.kv_type))
+                                                    kv_type=config.kv_type, kernels=config.cpu_kernels))
                 if self.draft.runner.n_vocab != self.target.n_vocab:
                     raise ValueError(f"draft vocabulary {self.draft.runner.n_vocab} != target {self.target.n_vocab}")
             except Exception as exc:  # a draft model is optional: degrade to n-gram/no speculation
@@ -166,6 +170,7 @@ class LlamaEngine:
         """For `ctxpress status` and the metrics: pool occupancy, speculation, degradations."""
         return {
             "kv_type": self.config.kv_type,
+            "cpu_kernels": self.target.cpu_backend.summary(),
             "kv_cells": self.pool.cells_per_slot * len(self.pool.slots),
             "kv_cells_used": self.pool.used_cells(),
             "kv_slots": [{"key": s.key, "tokens": len(s.tokens)} for s in self.pool.slots if s.tokens],

@@ -22,3 +22,4 @@ class EngineConfig:
     speculation: str = "auto"  # default per request: "auto" | "none" | "ngram" | "draft"
     kv_disk_dir: Path | None = None  # the pool's disk tier (None: off)
     kv_disk_budget_bytes: int = 0
+    cpu_kernels: str | None = None  # "auto" | "amx" | "avx512" | "avx2"; None: CTXPRESS_CPU_KERNELS, else auto

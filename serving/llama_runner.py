@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from serving.cpu_kernels import CpuBackend, load_cpu_backend
 from serving.fim import TEMPLATE_MARKERS
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids (GGML_TYPE_F16, _Q8_0, _Q4_0)
@@ -22,7 +23,9 @@ class LlamaRunner:
     """One llama.cpp model + context + batch: decode tokens into a sequence, read logits."""
 
     def __init__(self, model_path: Path, *, n_ctx: int, n_slots: int, n_threads: int, n_batch: int,
-                 kv_type: str) -> None:
+                 kv_type: str, kernels: str | None = None) -> None:
+        """``kernels``: the CPU kernel path (serving.cpu_kernels; None: ``CTXPRESS_CPU_KERNELS``, else the
+        best this host runs), chosen and loaded before the model, once per process."""
         from llama_cpp import llama_cpp as C  # heavy import, only in the serving process
         from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel
         from llama_cpp._utils import suppress_stdout_stderr
@@ -30,6 +33,7 @@ class LlamaRunner:
         if kv_type not in KV_TYPES:
             raise ValueError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
         self._C = C
+        self.cpu_backend: CpuBackend = load_cpu_backend(kernels)  # before llama.cpp starts any thread
         mparams = C.llama_model_default_params()
         self.model = LlamaModel(path_model=str(model_path), params=mparams, verbose=False)
         cparams = C.llama_context_default_params()

@@ -13,6 +13,8 @@ Scenarios (each bounded in requests and seconds):
 - ``reopen``: one more long file than the engine keeps in memory, each completed once (cold), then
   the first again: its KV has left the pool, so this first request of a reopened file is served
   from the disk tier (or processed anew without it); then once more, warm. Optimized mode only.
+- ``kernels``: prompt tokens/s and ms a token per CPU kernel path (AMX / AVX-512 / AVX2, forced), each in
+  an engine process of its own, without the appliance (``ctxpress.evaluation.kernel_paths``); runs alone.
 Modes alternate request by request, except in ``typing`` and ``file_switch``, where each mode
 replays the whole session in turn: there the engine's cache state across requests is what is
 measured, and interleaving would let one mode evict the other's cache.

@@ -58,6 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     be.add_argument("--jump-layout", action="append", default=[], metavar="LABEL:FEATURES",
                     help="jump: a prompt layout to compare, e.g. today:-stable_head (repeatable; the same cursors "
                          "for each, in the order given)")
+    be.add_argument("--kernel-paths", default="auto,amx,avx512,avx2",
+                    help="kernels: the CPU kernel paths to measure, each in a process of its own (a path the host "
+                         "cannot run is reported, not run)")
+    be.add_argument("--baseline-python", metavar="PYTHON",
+                    help="kernels: measure this Python's llama.cpp build too, as `today`, the baseline of the ratios "
+                         "(default baseline: auto)")
     be.add_argument("--background-load", type=int, default=0, metavar="N",
                     help="keep N cores busy beside the appliance (busy loops, as a compile or a test run would) "
                          "while the benchmark runs: the busy-host figure")
@@ -246,6 +252,11 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             print("error: --scenario load runs alone (it measures the appliance's memory)", file=sys.stderr)
             return 2
         return _load(cfg, args, settings)
+    if "kernels" in scenarios:
+        if scenarios != ["kernels"]:
+            print("error: --scenario kernels runs alone (it loads the model in processes of its own)", file=sys.stderr)
+            return 2
+        return _kernels(args, settings)
     typing_file = next((f for f in args.file), None) if {"typing", "jump"} & set(scenarios) else None
     others = [] if set(scenarios) <= {"typing", "jump"} else args.file
     if args.peer_server is not None and not args.peer_server.is_file():
@@ -315,6 +326,22 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     stats = collect(settings.effective_database_url(), since)
     print(json.dumps(stats, default=float) if args.json else render(stats, args.since))
     return 0
+
+
+def _kernels(args: argparse.Namespace, settings: Settings) -> int:
+    """Prompt and decode speed per CPU kernel path (ctxpress.evaluation.kernel_paths), without the appliance."""
+    from ctxpress.evaluation.kernel_paths import DEFAULT_PATHS, run
+    from serving.weights import TARGET, ensure_model
+
+    model = settings.model_path or ensure_model(TARGET, settings.models_dir)
+    figures = argparse.Namespace(model=Path(model), paths=args.kernel_paths or ",".join(DEFAULT_PATHS),
+                                 baseline_python=args.baseline_python, prompt_tokens=1000, decode=32, batch=512,
+                                 rounds=2, passes=3, threads=0, child=False)
+    try:
+        return run(figures)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _load(cfg: Any, args: argparse.Namespace, settings: Settings) -> int:

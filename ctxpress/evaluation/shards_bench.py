@@ -106,20 +106,30 @@ async def _measure(topology: LocalTopology, files: list[File], rounds: int, prog
             progress.advance(f"cold {file.path[-30:]}")
         for label, payload in (("hop", File.refused), ("cached_completion", File.request)):
             times: dict[str, list[float]] = {"gateway": [], "direct": []}
+            answers: list[dict[str, Any]] = []
             for _ in range(rounds):
                 for file in files:
                     for name, client in (("gateway", through), ("direct", direct)):
                         ms, answer = await client.ask(file, payload(file))
                         times[name].append(ms)
+                        answers.append(answer)
                         if name == "gateway" and label == "cached_completion":
                             served[file.path].append(answer.get("shard", -1))
                     progress.advance(f"{label} {file.path[-30:]}")
+            if label == "cached_completion":
+                out["per_request"] = _costs(answers)
             g, d = _figures(times["gateway"]), _figures(times["direct"])
             out[f"gateway_{label}"] = {"through_gateway": g, "direct_to_shard": d,
                                        "added_p50_ms": round(g["p50_ms"] - d["p50_ms"], 1),
                                        "added_p95_ms": round(g["p95_ms"] - d["p95_ms"], 1)}
-        out["gateway_capacity"] = {name: await _capacity(client, files, progress)
-                                   for name, client in (("through_gateway", through), ("direct_to_shard", direct))}
+        # each path twice, in the order A B B A, so that neither gains from when it ran
+        capacity: dict[str, list[dict[str, float]]] = defaultdict(list)
+        for name, client in (("through_gateway", through), ("direct_to_shard", direct),
+                             ("direct_to_shard", direct), ("through_gateway", through)):
+            capacity[name].append(await _capacity(client, files, progress))
+        out["gateway_capacity"] = {name: {**runs[0], "per_s": round(statistics.fmean(r["per_s"] for r in runs), 1),
+                                          "runs_per_s": [r["per_s"] for r in runs]}
+                                   for name, runs in capacity.items()}
         shares = [Counter(s).most_common(1)[0][1] / len(s) for s in served.values()]
         out["stickiness"] = {"requests": sum(len(s) for s in served.values()), "min_share": round(min(shares), 3),
                              "mean_share": round(statistics.fmean(shares), 3),
@@ -131,6 +141,23 @@ async def _measure(topology: LocalTopology, files: list[File], rounds: int, prog
         await developer.close()
         await straight.close()
     return out
+
+
+def _costs(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a cached completion's time goes, as the worker reports it: the engine, the context, retrieval (the
+    database). The per-request costs the docs' throughput model multiplies by the shards."""
+    ok = [a for a in answers if "timings" in a]
+
+    def p50(values: list[float]) -> float | None:
+        return round(percentile(values, 50), 1) if values else None
+
+    retrieval = [float(a["context"]["retrieval"]["elapsed_ms"]) for a in ok
+                 if isinstance(a["context"].get("retrieval"), dict) and "elapsed_ms" in a["context"]["retrieval"]]
+    return {"n": len(ok),
+            "engine_ms_p50": p50([a["timings"]["prompt_ms"] + a["timings"]["decode_ms"] for a in ok]),
+            "context_ms_p50": p50([a["timings"]["context_ms"] for a in ok]),
+            "retrieval_ms_p50": p50(retrieval), "prompt_tokens_p50": p50(
+                [float(a["context"]["prompt_tokens"]) for a in ok if a["context"].get("prompt_tokens")])}
 
 
 async def _capacity(client: Client, files: list[File], progress: Progress, requests: int = CAPACITY_REQUESTS,
@@ -220,7 +247,7 @@ def run_shards_bench(model: Path, files_root: Path, *, files: int = 6, rounds: i
     chosen = bench_files(files_root, files)
     if len(chosen) < 2:
         raise ValueError(f"{files_root}: fewer than 2 Python files of {FILE_LINES}+ lines")
-    progress = Progress(len(chosen) * (1 + 2 * rounds) + 5, "shards")
+    progress = Progress(len(chosen) * (1 + 2 * rounds) + 7, "shards")
     with tempfile.TemporaryDirectory(prefix="ctxpress-shards-") as root:
         with LocalTopology(Path(root), model, report=report) as topology:
             return asyncio.run(_measure(topology, chosen, rounds, progress))
@@ -237,6 +264,9 @@ def report_lines(figures: dict[str, Any]) -> list[str]:
         f"  cached completion: through {cached['through_gateway']['p50_ms']:.0f}/"
         f"{cached['through_gateway']['p95_ms']:.0f} ms, direct {cached['direct_to_shard']['p50_ms']:.0f}/"
         f"{cached['direct_to_shard']['p95_ms']:.0f} ms: +{cached['added_p50_ms']:.1f}/+{cached['added_p95_ms']:.1f} ms",
+        f"  a cached completion's cost in the worker: engine {figures['per_request']['engine_ms_p50']} ms, context "
+        f"{figures['per_request']['context_ms_p50']} ms, retrieval {figures['per_request']['retrieval_ms_p50']} ms "
+        f"(p50; prompts of {figures['per_request']['prompt_tokens_p50']} tokens)",
         f"  capacity (worker answers at once, {figures['gateway_capacity']['through_gateway']['concurrency']} "
         f"clients): through the gateway {figures['gateway_capacity']['through_gateway']['per_s']:.0f} requests/s, "
         f"direct {figures['gateway_capacity']['direct_to_shard']['per_s']:.0f} requests/s",

@@ -49,6 +49,9 @@ def batch_rounding(model_path: Path) -> float:
     import numpy as np
     from llama_cpp import Llama
 
+    from serving.cpu_kernels import load_cpu_backend
+
+    load_cpu_backend()  # llama.cpp's CPU kernels, as the engine loads them (serving.cpu_kernels)
     text = _prompts()[0]
     widths: list[object] = []
     for width in (1, 5):
