@@ -31,6 +31,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ctxpress_core.errors import InferenceUnavailable
+
 ENV = "CTXPRESS_CPU_KERNELS"
 KERNEL_PATHS = ("auto", "amx", "avx512", "avx2")
 
@@ -51,8 +53,9 @@ ARCH_REQ_XCOMP_PERM = 0x1023
 XFEATURE_XTILEDATA = 18
 
 
-class KernelPathUnavailable(RuntimeError):
-    """The kernel path asked for does not run on this host (or in this build, or this process)."""
+class KernelPathUnavailable(InferenceUnavailable):
+    """The kernel path asked for does not run on this host (or in this build, or this process): the engine cannot
+    start as configured."""
 
 
 @dataclass(frozen=True)
