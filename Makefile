@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # llama-cpp-python compiles llama.cpp with ggml's CPU backend as run-time variants: one
 # libggml-cpu-<microarch>.so per x86-64 generation (SSE4.2 … AVX2, AVX-512, AMX) beside libllama.so,
 # none compiled for this CPU in particular (GGML_NATIVE=OFF), so one install runs on every x86-64 host.
-# serving/cpu_kernels.py asks Linux for the AMX tile state and loads the best variant the host runs
+# serving/engine/cpu_kernels.py asks Linux for the AMX tile state and loads the best variant the host runs
 # (AMX only where the CPU has it and the tile state was granted; CTXPRESS_CPU_KERNELS forces one).
 # CMAKE_INSTALL_BINDIR puts the variants into the package's lib/ (ggml installs backends to bin/).
 # serving/gcc_amx_tile_fix.h is force-included into every C++ file: with GCC 12 the AMX variant's tile

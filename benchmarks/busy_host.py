@@ -2,7 +2,7 @@
 
 For each background load (0 cores, then 1 core kept busy by spinning processes at ``--nice``), and each
 thread setting (all cores, all but one, adaptive: the prompt on every core and generation on as many as
-``serving.host_load`` says), processes a prompt of ``--prompt-tokens`` tokens of third-party code in
+``serving.engine.host_load`` says), processes a prompt of ``--prompt-tokens`` tokens of third-party code in
 ``--chunk``-token chunks (the width a live prompt is processed in) and then ``--decode`` greedy tokens one at
 a time ("threads" below: the generating ones). Rounds alternate the settings. Prints prompt tokens a second and
 milliseconds a generated token per load and setting (the median of the rounds), each as a ratio to all cores on
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from ctxpress.evaluation.busy import BackgroundLoad
-from serving.host_load import HostLoad
-from serving.llama_runner import LlamaRunner
+from serving.engine.host_load import HostLoad
+from serving.engine.llama_runner import LlamaRunner
 
 
 def third_party_text() -> str:

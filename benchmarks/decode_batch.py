@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from serving.cpu_engine import LlamaEngine
-from serving.engine_config import EngineConfig
+from serving.engine.cpu_engine import LlamaEngine
+from serving.engine.engine_config import EngineConfig
 
 SETS = ((0,), (0, 1), (0, 1, 2), (0, 1, 2, 3), (0, 2))  # (0, 2): slots that are not adjacent
 

@@ -22,7 +22,7 @@ def requantize(source: Path, target: Path, ftype: int, threads: int) -> float:
     """Seconds llama.cpp took to write ``target`` in ``ftype`` from ``source``."""
     from llama_cpp import llama_cpp as C
 
-    from serving.cpu_kernels import load_cpu_backend
+    from serving.engine.cpu_kernels import load_cpu_backend
 
     load_cpu_backend()
     params = C.llama_model_quantize_default_params()

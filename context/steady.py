@@ -1,7 +1,7 @@
 """Steady excerpts: while the user edits inside one block, the excerpts before it stay as they were.
 
 Why: the engine keeps each file's prompt KV and reuses it up to the first character that differs
-(serving/kv_pool.py), and on 2 cores every token after that point costs ~17 ms of prompt
+(serving/engine/kv_pool.py), and on 2 cores every token after that point costs ~17 ms of prompt
 processing. The excerpts are the prompt's head and the enclosing block its tail, so a keystroke
 should change the tail only. Chosen afresh at every keystroke they do not stay put: `similar`'s
 query and the references follow the typed words, the budget left beside a growing block moves a

@@ -204,7 +204,7 @@ class LocalTopology:
                    "CTXPRESS_MODEL_PATH": str(self.model), "CTXPRESS_N_CTX": "2048",
                    "CTXPRESS_TRITON_HTTP_PORT": str(http), "CTXPRESS_TRITON_GRPC_PORT": str(grpc),
                    "CTXPRESS_TRITON_METRICS_PORT": str(metrics)}
-            self._add(Process(engine.name, [PYTHON, "-m", "serving.triton_server"], env,
+            self._add(Process(engine.name, [PYTHON, "-m", "serving.engine.triton_server"], env,
                               self.root / "logs" / f"{engine.name}.log",
                               lambda _, port=http: engine_ready(f"http://127.0.0.1:{port}"))).start()
         for engine in engines:

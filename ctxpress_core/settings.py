@@ -70,7 +70,7 @@ class Settings(BaseSettings):
     draft_model_path: Path | None = None
     model_name: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"
     n_ctx: int = 4096  # per sequence: the longest prompt + completion of one file
-    n_threads: int = 0  # 0: adaptive (serving.host_load); N: always N
+    n_threads: int = 0  # 0: adaptive (serving.engine.host_load); N: always N
     # KV cache element type: "f16", "q8_0" (INT8) or "q4_0" (INT4, measured and not recommended).
     kv_cache_type: str = "f16"
     # Files whose KV the engine keeps at once (each up to n_ctx cells): the pool's memory budget.

@@ -2,7 +2,7 @@
 in the same run: ``ctxpress bench --scenario kernels`` (or ``python -m benchmarks.kernel_paths``).
 
 Each path runs in its own process (``CTXPRESS_CPU_KERNELS=<path>``: ggml keeps one CPU backend a process,
-``serving.cpu_kernels``), which loads the model, processes a prompt of ``--prompt-tokens`` tokens of
+``serving.engine.cpu_kernels``), which loads the model, processes a prompt of ``--prompt-tokens`` tokens of
 third-party code in ``--batch``-token batches (the engine's width) from an empty sequence, then generates
 ``--decode`` greedy tokens one at a time, ``--rounds`` times after a short warm-up. The paths are run in
 ``--passes`` passes, every other one in reverse order, so a neighbour's load falls on all of them alike. A path this
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from serving.llama_runner import LlamaRunner
+    from serving.engine.llama_runner import LlamaRunner
 
 
 PATHS = ("today", "auto", "amx", "avx512", "avx2")
@@ -73,8 +73,8 @@ def run_once(runner: LlamaRunner, prompt: list[int], batch: int, decode: int) ->
 
 
 def child(args: argparse.Namespace) -> int:
-    from serving.cpu_kernels import KernelPathUnavailable
-    from serving.llama_runner import LlamaRunner
+    from serving.engine.cpu_kernels import KernelPathUnavailable
+    from serving.engine.llama_runner import LlamaRunner
 
     cores = args.threads or os.cpu_count() or 1
     started = time.perf_counter()

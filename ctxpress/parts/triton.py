@@ -1,4 +1,4 @@
-"""The Triton part (``python -m serving.triton_server``, the CPU engine behind it) and the line on the
+"""The Triton part (``python -m serving.engine.triton_server``, the CPU engine behind it) and the line on the
 engine that ``ctxpress status`` shows from the status file the engine writes."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class TritonPart(Part):
         return self.settings.effective_triton_url()
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "serving.triton_server"]
+        return [sys.executable, "-m", "serving.engine.triton_server"]
 
     def status(self) -> PartStatus:
         status = super().status()

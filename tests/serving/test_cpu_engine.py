@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from ctxpress.evaluation.busy import BackgroundLoad
-from serving.cpu_engine import YIELD_CHUNK, LlamaEngine
-from serving.engine_config import EngineConfig
+from serving.engine.cpu_engine import YIELD_CHUNK, LlamaEngine
+from serving.engine.engine_config import EngineConfig
+from serving.engine.generation import GaveWay
 from serving.fim import STOP_WORDS
-from serving.generation import GaveWay
 from tests.serving.prompts import fim_prompts as _prompts
 
 pytestmark = pytest.mark.services  # loads the real model
@@ -49,9 +49,9 @@ def batch_rounding(model_path: Path) -> float:
     import numpy as np
     from llama_cpp import Llama
 
-    from serving.cpu_kernels import load_cpu_backend
+    from serving.engine.cpu_kernels import load_cpu_backend
 
-    load_cpu_backend()  # llama.cpp's CPU kernels, as the engine loads them (serving.cpu_kernels)
+    load_cpu_backend()  # llama.cpp's CPU kernels, as the engine loads them (serving.engine.cpu_kernels)
     text = _prompts()[0]
     widths: list[object] = []
     for width in (1, 5):

@@ -1,4 +1,4 @@
-"""The CPU kernel path chosen at run time (serving.cpu_kernels), on this machine's CPU and this install's
+"""The CPU kernel path chosen at run time (serving.engine.cpu_kernels), on this machine's CPU and this install's
 llama.cpp: the AMX tile state is asked for and Linux's answer agrees with the CPU; ``auto`` loads the best
 variant the CPU runs and never AMX without the tile state; a forced fallback (AVX2, AVX-512) loads the real
 model and completes; a path the CPU cannot run is refused, never run into an illegal instruction.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.cpu_kernels import XFEATURE_XTILEDATA, cpu_flags
+from serving.engine.cpu_kernels import XFEATURE_XTILEDATA, cpu_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 X86_LINUX = sys.platform.startswith("linux") and platform.machine() == "x86_64"
@@ -45,7 +45,7 @@ def last_json(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
 def test_the_amx_tile_state_is_asked_for_and_the_answer_agrees_with_the_kernel_and_the_cpu() -> None:
     done = run_python("""
         import json
-        from serving.cpu_kernels import permitted_xfeatures, request_amx
+        from serving.engine.cpu_kernels import permitted_xfeatures, request_amx
         before = permitted_xfeatures()
         answer = request_amx()
         print(json.dumps({"before": before, "after": permitted_xfeatures(), **vars(answer)}))
@@ -69,7 +69,7 @@ def test_the_amx_tile_state_is_asked_for_and_the_answer_agrees_with_the_kernel_a
 def test_auto_loads_the_best_variant_this_cpu_runs_and_amx_only_with_the_tile_state() -> None:
     got = last_json(run_python("""
         import json
-        from serving.cpu_kernels import load_cpu_backend
+        from serving.engine.cpu_kernels import load_cpu_backend
         b = load_cpu_backend()
         print(json.dumps({**b.summary(), "features": b.features, "scores": b.scores}))
     """))
@@ -90,8 +90,8 @@ def test_auto_loads_the_best_variant_this_cpu_runs_and_amx_only_with_the_tile_st
 COMPLETE = """
     import json
     from pathlib import Path
-    from serving.cpu_engine import LlamaEngine
-    from serving.engine_config import EngineConfig
+    from serving.engine.cpu_engine import LlamaEngine
+    from serving.engine.engine_config import EngineConfig
     from serving.fim import STOP_WORDS
     from tests.serving.prompts import fim_prompts
     engine = LlamaEngine(EngineConfig(model_path=Path({model!r}), n_ctx=1024, n_slots=1, n_threads=2,
@@ -121,13 +121,13 @@ def test_a_forced_fallback_path_loads_the_model_and_completes(model_path: Path, 
 def test_a_path_this_cpu_cannot_run_is_refused_not_run() -> None:
     probe = last_json(run_python("""
         import json
-        from serving.cpu_kernels import request_amx
+        from serving.engine.cpu_kernels import request_amx
         print(json.dumps(vars(request_amx())))
     """))
     if probe["granted"]:
         pytest.skip("this host runs AMX, the highest path: no path it lacks")
     done = run_python("""
-        from serving.cpu_kernels import KernelPathUnavailable, load_cpu_backend
+        from serving.engine.cpu_kernels import KernelPathUnavailable, load_cpu_backend
         try:
             load_cpu_backend()
         except KernelPathUnavailable as exc:

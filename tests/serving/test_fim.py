@@ -46,7 +46,7 @@ def test_markers_name_exactly_the_templates_own_special_tokens(layout: dict[str,
 
 @pytest.fixture(scope="module")
 def runner(model_path: Path) -> Any:
-    from serving.llama_runner import LlamaRunner
+    from serving.engine.llama_runner import LlamaRunner
 
     return LlamaRunner(model_path, n_ctx=256, n_slots=1, n_threads=1, n_batch=64, kv_type="f16")
 

@@ -6,7 +6,7 @@ import os
 import time
 
 from ctxpress.evaluation.busy import BackgroundLoad
-from serving.host_load import HostLoad
+from serving.engine.host_load import HostLoad
 
 
 def test_other_cores_are_the_host_s_ticks_less_this_process_s() -> None:

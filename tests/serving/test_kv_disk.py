@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from serving.cpu_engine import LlamaEngine
-from serving.engine_config import EngineConfig
+from serving.engine.cpu_engine import LlamaEngine
+from serving.engine.engine_config import EngineConfig
+from serving.engine.kv_disk import KVDiskTier
+from serving.engine.pool_disk import DISK_MIN_TOKENS
 from serving.fim import STOP_WORDS
-from serving.kv_disk import KVDiskTier
-from serving.pool_disk import DISK_MIN_TOKENS
 from tests.serving.prompts import fim_prompts
 
 TOKENS = list(range(100, 400))

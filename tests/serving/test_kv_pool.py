@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.kv_pool import KVPool
+from serving.engine.kv_pool import KVPool
 
 
 def test_a_file_returns_to_its_own_slot_and_reuses_its_prefix() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serving.scheduler import LatencyFirstScheduler
+from serving.engine.scheduler import LatencyFirstScheduler
 
 
 class Clock:

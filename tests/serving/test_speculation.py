@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serving.speculation import SpeculationPolicy, expected_tokens_per_step, ngram_proposal
+from serving.engine.speculation import SpeculationPolicy, expected_tokens_per_step, ngram_proposal
 
 
 def test_ngram_proposes_what_followed_the_latest_earlier_occurrence() -> None:

@@ -1,6 +1,6 @@
 """The embedded Triton Inference Server: pytriton's bundled tritonserver serving the CPU engine.
 
-Run as its own process (``python -m serving.triton_server``); ``ctxpress up`` starts it.
+Run as its own process (``python -m serving.engine.triton_server``); ``ctxpress up`` starts it.
 The model is named and shaped like TensorRT-LLM's ``ensemble`` (see ``ctxpress_core.inference``)
 and is decoupled, so clients stream over gRPC exactly as they would against a GPU
 deployment.
@@ -31,11 +31,11 @@ import numpy as np
 
 from ctxpress_core import inference
 from ctxpress_core.settings import Settings, get_settings
-from serving.abandoned import AbandonedRequests
-from serving.cpu_engine import LlamaEngine
-from serving.engine_config import EngineConfig
-from serving.generation import GaveWay, GenerationChunk, GenerationFigures
-from serving.scheduler import WINDOW_S, LatencyFirstScheduler, Ticket
+from serving.engine.abandoned import AbandonedRequests
+from serving.engine.cpu_engine import LlamaEngine
+from serving.engine.engine_config import EngineConfig
+from serving.engine.generation import GaveWay, GenerationChunk, GenerationFigures
+from serving.engine.scheduler import WINDOW_S, LatencyFirstScheduler, Ticket
 from serving.weights import draft_model_path
 
 log = logging.getLogger("ctxpress.triton")
@@ -417,7 +417,7 @@ def serve(settings: Settings, model_path: Path) -> int:
     signal.signal(signal.SIGINT, on_signal)
     settings.run_dir.mkdir(parents=True, exist_ok=True)
     _bind_completion_model(triton, llama, settings.run_dir / "engine-status.json", settings.batching)
-    from serving.embedder import bind_embedder
+    from serving.engine.embedder import bind_embedder
 
     bind_embedder(triton, settings)
     triton.run()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.cpu_kernels import CpuBackend, load_cpu_backend
+from serving.engine.cpu_kernels import CpuBackend, load_cpu_backend
 from serving.fim import TEMPLATE_MARKERS
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids (GGML_TYPE_F16, _Q8_0, _Q4_0)
@@ -24,7 +24,7 @@ class LlamaRunner:
 
     def __init__(self, model_path: Path, *, n_ctx: int, n_slots: int, n_threads: int, n_batch: int,
                  kv_type: str, kernels: str | None = None) -> None:
-        """``kernels``: the CPU kernel path (serving.cpu_kernels; None: ``CTXPRESS_CPU_KERNELS``, else the
+        """``kernels``: the CPU kernel path (serving.engine.cpu_kernels; None: ``CTXPRESS_CPU_KERNELS``, else the
         best this host runs), chosen and loaded before the model, once per process."""
         from llama_cpp import llama_cpp as C  # heavy import, only in the serving process
         from llama_cpp._internals import LlamaBatch, LlamaContext, LlamaModel

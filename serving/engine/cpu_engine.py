@@ -4,15 +4,15 @@ Our own decode loop rather than ``Llama.create_completion``, for three things th
 API cannot do together:
 
 - **a file-level KV pool**: one context holds several sequences (``n_seq_max``, one KV stream
-  each), one per recently used file (``serving.kv_pool``, with its disk tier: ``serving.pool_disk``);
+  each), one per recently used file (``serving.engine.kv_pool``, with its disk tier: ``serving.engine.pool_disk``);
   a request goes back to its file's sequence and only the tokens after the common prefix are processed;
 - **speculative decoding verified in one batch**: draft tokens (n-gram lookup or a draft model,
-  ``serving.speculation``) are decoded with logits at every position in the same batch, and
+  ``serving.engine.speculation``) are decoded with logits at every position in the same batch, and
   accepted greedily, so the output is exactly the target's greedy decoding; logits are asked for
   only in verification batches, never during prompt processing (llama-cpp-python's own draft
   support needs ``logits_all``, which slows every prompt down);
 - **an INT8 (or INT4) KV cache** per model instance: llama.cpp's ``q8_0``/``q4_0`` for K and V
-  (a quantised V needs flash attention, which is switched on with it; ``serving.llama_runner``).
+  (a quantised V needs flash attention, which is switched on with it; ``serving.engine.llama_runner``).
 
 Requests are served one at a time (the lock); figures per request (prompt tokens, tokens reused
 from the pool, draft tokens proposed/accepted, timings, KV bytes of the sequence) go back to
@@ -35,15 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from serving.engine_config import SPECULATION_MODES, EngineConfig
-from serving.generation import GaveWay, GenerationChunk, GenerationFigures
-from serving.host_load import HostLoad
-from serving.kv_disk import KVDiskTier
-from serving.kv_pool import KVPool, Slot, common_prefix
-from serving.llama_runner import LlamaRunner
-from serving.pool_disk import PoolDisk, kv_fingerprint
-from serving.speculation import DraftModel, Ema, SpeculationChoice, SpeculationPolicy, ngram_proposal
-from serving.stop_text import StopText
+from serving.engine.engine_config import SPECULATION_MODES, EngineConfig
+from serving.engine.generation import GaveWay, GenerationChunk, GenerationFigures
+from serving.engine.host_load import HostLoad
+from serving.engine.kv_disk import KVDiskTier
+from serving.engine.kv_pool import KVPool, Slot, common_prefix
+from serving.engine.llama_runner import LlamaRunner
+from serving.engine.pool_disk import PoolDisk, kv_fingerprint
+from serving.engine.speculation import DraftModel, Ema, SpeculationChoice, SpeculationPolicy, ngram_proposal
+from serving.engine.stop_text import StopText
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class LlamaEngine:
     def __init__(self, config: EngineConfig) -> None:
         if config.speculation not in SPECULATION_MODES:
             raise ValueError(f"unknown speculation mode {config.speculation!r}")
-        # 0: adaptive, set before each request from what other processes use (serving.host_load)
+        # 0: adaptive, set before each request from what other processes use (serving.engine.host_load)
         self.host_load = HostLoad().start() if config.n_threads == 0 else None
         threads = config.n_threads or os.cpu_count() or 1
         self.config = config
@@ -404,7 +404,7 @@ class LlamaEngine:
 
     def _set_threads(self) -> None:
         """Adaptive threads: generation leaves a core to each that other processes at the engine's priority keep
-        busy; prompts keep every core (serving.host_load says why)."""
+        busy; prompts keep every core (serving.engine.host_load says why)."""
         if self.host_load is None:
             self.stats.threads = self.target.n_threads
             return

@@ -24,8 +24,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from serving.kv_pool import common_prefix
-from serving.llama_runner import LlamaRunner
+from serving.engine.kv_pool import common_prefix
+from serving.engine.llama_runner import LlamaRunner
 
 
 def ngram_proposal(history: Sequence[int], k: int, *, max_n: int = 4, min_n: int = 2,

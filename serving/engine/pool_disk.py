@@ -1,4 +1,4 @@
-"""The engine's side of the KV pool's disk tier (``serving.kv_disk``): an evicted file's KV is copied
+"""The engine's side of the KV pool's disk tier (``serving.engine.kv_disk``): an evicted file's KV is copied
 out of its sequence and written on a writer thread, and read back into a slot when it gives more of
 a prompt than the slot holds; at shutdown every file in the pool is written."""
 
@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from serving.generation import GenerationFigures
-from serving.kv_disk import KVDiskTier
-from serving.kv_pool import KVPool, Slot
-from serving.llama_runner import LlamaRunner
+from serving.engine.generation import GenerationFigures
+from serving.engine.kv_disk import KVDiskTier
+from serving.engine.kv_pool import KVPool, Slot
+from serving.engine.llama_runner import LlamaRunner
 
 log = logging.getLogger(__name__)
 
