@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxpress import team
+from ctxpress import nats_authorization
 from ctxpress.parts.nats_server import max_payload
 from ctxpress_core import identity
 from ctxpress_core.private_files import write_private_file
@@ -107,9 +107,9 @@ def setup(settings: Settings, nodes: list[NatsNode], *, listen_host: str = "0.0.
     tls = ensure_cluster_tls(shared, ["localhost", "127.0.0.1", *(node.host for node in nodes), *names])
     services = identity.ensure_service_credentials(shared)
     written = [tls.ca, tls.cert, tls.key, *(identity.service_credentials_path(shared, name) for name in services)]
-    authorization = team.authorization_path(shared)
+    authorization = nats_authorization.authorization_path(shared)
     if not authorization.exists():  # `ctxpress users` keeps it from then on
-        team.write_authorization(shared, [])
+        nats_authorization.write_authorization(shared, [])
     written.append(authorization)
     root = mounted_at or shared.state_dir
     for node in nodes:

@@ -80,7 +80,7 @@ def generate(root: Path, names: list[str], *, client_auth: bool = False) -> None
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    from ctxpress_core.identity import write_private_file
+    from ctxpress_core.private_files import write_private_file
 
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     now = datetime.datetime.now(datetime.UTC)

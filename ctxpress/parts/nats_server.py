@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ctxpress import team
+from ctxpress import nats_authorization
 from ctxpress.parts.base import Part
 from ctxpress.parts.probes import http_ok, port_open
 from ctxpress_core import identity
@@ -37,7 +37,7 @@ class NatsPart(Part):
         # A config file because max_payload has no command-line flag.
         # Team mode: the users and their permissions, a file of its own that `ctxpress users` rewrites
         # (nats-server resolves the include next to this file).
-        users = f'include "{team.ensure_authorization_file(s).name}"\n' if identity.team_mode(s) else ""
+        users = f'include "{nats_authorization.ensure_authorization_file(s).name}"\n' if identity.team_mode(s) else ""
         tls = ""
         if identity.tls_on(s):  # every client, the workers on loopback too: one listener, one rule
             from ctxpress_core.tls import ensure_tls_files

@@ -19,7 +19,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from ctxpress import team
+from ctxpress import nats_authorization, team
 from ctxpress.parts.nats_server import NatsPart
 from ctxpress_core import identity
 from ctxpress_core.settings import Settings
@@ -101,10 +101,10 @@ def test_generated_authorization_gives_each_credential_only_its_subjects(tmp_pat
     for name in identity.SERVICE_USERS:
         assert stat.S_IMODE(identity.service_credentials_path(settings, name).stat().st_mode) == 0o600
     alice_hash = identity.bcrypt_hash("alice-password", 4)
-    users = _authorization(team.render_authorization(
-        settings, [team.TeamUser("alice", alice_hash), team.TeamUser("worker", alice_hash),
-                   team.TeamUser("ci", alice_hash, identity.USER_KIND_HOOKS),
-                   team.TeamUser("hooks", alice_hash, identity.USER_KIND_HOOKS)], services))
+    users = _authorization(nats_authorization.render_authorization(
+        settings, [nats_authorization.TeamUser("alice", alice_hash), nats_authorization.TeamUser("worker", alice_hash),
+                   nats_authorization.TeamUser("ci", alice_hash, identity.USER_KIND_HOOKS),
+                   nats_authorization.TeamUser("hooks", alice_hash, identity.USER_KIND_HOOKS)], services))
     # a user named like a service never shadows it; the unscoped "hooks" credential is gone
     assert sorted(users) == ["alice", "ci", "gateway", "indexer", "worker"]
     assert users["alice"]["password"] == alice_hash and alice_hash.startswith("$2a$")
@@ -468,7 +468,7 @@ async def test_no_unscoped_hooks_credential_is_issued_or_accepted(settings: Sett
     """The appliance used to create a `hooks` credential whose index events were trusted for every repository,
     and handed it to laptops: whoever held it could put any code into any repository's index."""
     assert not identity.service_credentials_path(settings, identity.HOOKS_USER).exists()
-    assert identity.HOOKS_USER not in _authorization(team.authorization_path(settings).read_text())
+    assert identity.HOOKS_USER not in _authorization(nats_authorization.authorization_path(settings).read_text())
     assert _ctxpress(settings, "hooks").returncode == 2  # a hooks user needs a name and its repositories
     ca = (tls_dir(settings) / "ca.pem").read_text()
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
