@@ -1,6 +1,7 @@
 """Team mode's nats-server side: the authorization block (``ctxpress.nats_authorization``) synced from
-PostgreSQL and reloaded, the NATS greeting checked, and what ``ctxpress up`` does for team mode. Identity itself (subjects, credentials, what
-a client connects with) is ``ctxpress_core.identity``, shared with the workers.
+PostgreSQL and reloaded, the NATS greeting checked, and what ``ctxpress up`` does for team mode. Identity
+itself (subjects, credentials, what a client connects with) is ``ctxpress_core.identity``, shared with the
+workers.
 """
 
 from __future__ import annotations
