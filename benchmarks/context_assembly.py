@@ -22,8 +22,7 @@ from pathlib import Path
 
 from context.assemble import assemble_context
 from context.options import AssemblyOptions
-from context.packing.line_tokens import exact_counter
-from context.packing.memo import memoized
+from context.packing.tokens import exact_counter, memoized
 from context.session import FileSession
 from context.warm import warm_file
 

@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 from context.assemble import assemble_context
-from context.packing.line_tokens import exact_counter
-from context.packing.memo import memoized
+from context.packing.tokens import exact_counter, memoized
 from context.session import FileSession
 from context.warm import warm_file
 from serving.fim import fim_prompt

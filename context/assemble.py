@@ -24,12 +24,12 @@ from context import steady
 from context.assembly import Assembly, BlockOverBudget, Clock, ParseFailure, Timeout
 from context.model import AssembledContext, ContextBlock
 from context.options import DEFAULT_OPTIONS, AssemblyOptions
-from context.packing.memo import TokenCounter, memoized
 from context.packing.pack import (
     Candidate,
     Form,
     render_enclosing,
 )
+from context.packing.tokens import TokenCounter, memoized
 from context.selection import pack_beside
 from context.session import FileSession
 from context.sources.below import fill_below
@@ -37,7 +37,6 @@ from context.sources.enclosing import find_enclosing
 from context.sources.file_head import with_head
 from context.sources.whole_file import whole_file_context
 from context.sources.window import baseline_window, clamp_cursor
-from ctxpress_core.languages import normalize_language
 from syntax.grammars import detect_language, is_supported
 from syntax.symbols.table import cheap_symbols, extract_symbols
 
@@ -84,7 +83,7 @@ def assemble_context(
     # throwing away (the window fallback would wait for the same core). A file that is truly slow
     # to assemble still trips it; wall time is reported in ``elapsed_ms`` and the timings.
     deadline = time.thread_time() + options.timeout_ms / 1000.0
-    lang = normalize_language(options.language) if options.language else detect_language(path, text)
+    lang = options.language or detect_language(path, text)
     base = dict(path=path, language=lang, line=line, column=column, budget_tokens=options.budget_tokens,
                 file_lines=text.count("\n") + 1)
     if not is_supported(lang):

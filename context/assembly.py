@@ -8,9 +8,8 @@ import time
 from dataclasses import dataclass, field
 
 from context.options import AssemblyOptions
-from context.packing.line_tokens import LineRangeTokens, exact_counter, line_range_estimator
-from context.packing.memo import TokenCounter
 from context.packing.pack import Candidate, Rendered, render_prompt
+from context.packing.tokens import LineRangeTokens, TokenCounter, exact_counter, line_range_estimator
 from context.sources.enclosing import Enclosing
 from context.sources.file_head import FileHead
 from ctxpress_core.wire.v1 import wire_lines

@@ -55,7 +55,7 @@ class ContextLibrary:
     async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prompt:
         """CPU-bound steps run in the loop's default executor; retrieval (never raises, bounded) beside them."""
         prepared = await self._prepare(request, view, retriever)
-        return Prompt(prompt.fim_layout(request, prepared), prepared,
+        return Prompt(prompt.fim_layout(prepared), prepared,
                       prompt.cache_key(self.model_name, request, prepared.features, view.owner),
                       prompt.speculation(request, prepared.features))
 

@@ -26,7 +26,7 @@ class AssemblyOptions:
     budget_tokens: int = DEFAULT_BUDGET_TOKENS
     # on the assembly's own CPU time: more than this, and the request gets the fallback
     timeout_ms: float = 20.0
-    language: str | None = None  # None: detected from the path and the text
+    language: str | None = None  # ours (ctxpress_core.languages), settled by the caller; None: from the path and text
     # 0-based inclusive line ranges, most recent first (IDE edits and ``indexer.changes.changed_line_ranges``)
     recent_edit_lines: Sequence[tuple[int, int]] = ()
     # the prefix and suffix used when assembly is impossible (None: the baseline window within the budget)

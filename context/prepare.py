@@ -28,9 +28,6 @@ class Prepared:
     features: dict[str, bool]
     stable_chars: int = 0  # prefix[:stable_chars] changes least: cross-file chunks go after it
     head_chars: int = 0  # prefix[:head_chars] is the file's head, the same for every cursor (stable_head)
-    # The enclosing block up to the cursor: the prefix's last block_chars characters (cross-file
-    # chunks go before it), which block_in_middle moves into the FIM middle.
-    block_chars: int = 0
     # The in-file excerpts were kept from the previous request (typing in the same block): so are
     # the cross-file chunks after them (see chunks.CrossFileChunks.add).
     steady: bool = False
@@ -88,7 +85,7 @@ class ContextPreparer:
             return w.prefix, w.suffix
 
         session = self.sessions.get(request.repository, request.path)
-        if not len(session.trees):
+        if not session.parsed():
             # A file's first request, no file_opened before it: its warm-up (the parse, symbols and line counts, in
             # proportion to the file, which the payload limit bounds) is done here, outside the assembly's deadline,
             # which is for the work at each keystroke. Otherwise a long file's first request fell back to the window
@@ -112,5 +109,4 @@ class ContextPreparer:
         )
         return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled, stable_chars=ctx.stable_chars,
                         head_chars=ctx.head_chars,
-                        block_chars=0 if ctx.strategy == "window-fallback" else len(ctx.prefix) - ctx.stable_chars,
                         steady=ctx.steady)

@@ -16,36 +16,16 @@ class Layout:
     markers: tuple[int, ...]  # where the template's special tokens are (serving.fim.fim_markers)
 
 
-def middle_from(request: CompletionRequest, prepared: Prepared) -> int | None:
-    """Where the FIM middle starts in the prefix (see serving.fim.fim_prompt), None: at its end."""
-    if request.mode != "optimized":
-        return None
-    if prepared.features.get("block_in_middle", False) and prepared.block_chars > 0:
-        return len(prepared.prefix) - prepared.block_chars
-    if prepared.features.get("line_in_middle", False) or prepared.features.get("block_in_middle", False):
-        # (a window has no block: its cursor line is what changes)
-        return prepared.prefix.rfind("\n") + 1
-    return None
+def fim_layout(prepared: Prepared) -> Layout:
+    """The prompt sent for a prepared context: prefix-suffix-middle (serving.fim.fim_prompt)."""
+    return Layout(fim_prompt(prepared.prefix, prepared.suffix), fim_markers(prepared.prefix, prepared.suffix))
 
 
-def fim_layout(request: CompletionRequest, prepared: Prepared) -> Layout:
-    """The prompt sent for ``request``: PSM, with the middle opened early when a layout feature says so."""
-    middle = middle_from(request, prepared)
-    return Layout(fim_prompt(prepared.prefix, prepared.suffix, middle_from=middle),
-                  fim_markers(prepared.prefix, prepared.suffix, middle_from=middle))
-
-
-def prewarm_head(request: CompletionRequest, prepared: Prepared) -> Layout | None:
-    """The head of the prompt the next request on this file will start with (None: no stable part): its stable
-    part, and when the middle opens with the block or the cursor line, all that comes before it."""
+def prewarm_head(prepared: Prepared) -> Layout | None:
+    """The head of the prompt the next request on this file will start with: its stable part (None: none)."""
     stable = prepared.prefix[:prepared.stable_chars]
     if not stable:
         return None
-    middle = middle_from(request, prepared)
-    if middle is not None:
-        prompt = fim_prompt(prepared.prefix, prepared.suffix, middle_from=middle)
-        head = prompt[:len(prompt) - (len(prepared.prefix) - middle)]
-        return Layout(head, fim_markers(prepared.prefix, prepared.suffix, middle_from=middle, within=len(head)))
     return Layout(FIM_PREFIX + stable, (0,))
 
 

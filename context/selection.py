@@ -82,7 +82,7 @@ def _candidates_beside(a: Assembly, enc: Enclosing, remaining: int) -> tuple[lis
 
 def _shed(a: Assembly, enc: Enclosing, chosen: list[Candidate], dropped: list[Candidate]) -> Packed:
     """Token counts of pieces are not exactly additive (merges across boundaries, markers): count
-    the rendered prompt (exactly, by memoised segments: see line_tokens) and shed the
+    the rendered prompt (exactly, by memoised segments: see packing/tokens.py) and shed the
     lowest-priority blocks until it fits."""
     while True:
         rendered = a.render(chosen, enc)

@@ -53,6 +53,10 @@ class FileSession:
         self._chunks: HeldChunks | None = None
         self._lock = threading.Lock()
 
+    def parsed(self) -> bool:
+        """Whether a version of the file was parsed (its warm-up done)."""
+        return bool(len(self.trees))
+
     def file_head(self, table: FileSymbols, language: str, file_lines: list[str], budget_tokens: int,
                   count_tokens: Callable[[str], int]) -> FileHead:
         """The file's head (file_head.py): rendered again only when what it shows changed (an import or a

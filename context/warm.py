@@ -6,12 +6,10 @@ from __future__ import annotations
 import time
 
 from context.packing.blocks import summary_piece
-from context.packing.line_tokens import exact_counter, warm_line_counts
-from context.packing.memo import TokenCounter, memoized
+from context.packing.tokens import TokenCounter, exact_counter, memoized, warm_line_counts
 from context.session import FileSession
 from context.sources.imports import import_candidates
 from context.sources.similar import index_words
-from ctxpress_core.languages import normalize_language
 from syntax.grammars import detect_language, is_supported
 from syntax.symbols.table import extract_symbols
 
@@ -19,10 +17,11 @@ from syntax.symbols.table import extract_symbols
 def warm_file(session: FileSession, text: str, language: str | None = None,
               count_tokens: TokenCounter | None = None) -> float:
     """Parse ``text`` into the file's session, build its symbol table and count its lines now, so the
-    first completion in it pays only for an incremental re-parse. Returns milliseconds spent."""
+    first completion in it pays only for an incremental re-parse. ``language``: our name for it (the wire's
+    are ours), None: from the path and text. Returns milliseconds spent."""
     t0 = time.perf_counter()
     path = session.path
-    lang = normalize_language(language) if language else detect_language(path, text)
+    lang = language or detect_language(path, text)
     if is_supported(lang):
         assert lang is not None
         parsed = session.trees.get(path, text, lang)

@@ -16,6 +16,7 @@ from context.assemble import assemble_context
 from context.model import AssembledContext, ContextBlock
 from context.options import AssemblyOptions
 from context.packing.tokens import rough_token_count
+from ctxpress_core.languages import normalize_language
 from ctxpress_core.settings import get_settings
 
 
@@ -48,7 +49,8 @@ def main(argv: Sequence[str] | None = None, count_tokens: Callable[[str], int] |
         root = _git_root(args.file)
         if root is not None:
             edits += changed_line_ranges(root, args.file.resolve())
-    options = AssemblyOptions(budget_tokens=args.budget, language=args.language, recent_edit_lines=edits,
+    language = normalize_language(args.language) if args.language else None
+    options = AssemblyOptions(budget_tokens=args.budget, language=language, recent_edit_lines=edits,
                               timeout_ms=args.timeout_ms, exact_file_tokens=True)
     ctx = assemble_context(text, str(args.file), args.line, args.column,
                            count_tokens=count_tokens or rough_token_count, options=options)

@@ -64,10 +64,6 @@ register("nearby_first", "the code just above the enclosing block before class h
 register("whole_file", "a file that fits the context budget is sent whole, not cropped")
 register("fill_below", "in a file of <= 2 budgets, the budget left after packing goes to the lines below the block")
 register("similar", "lines elsewhere in the file that resemble the code at the cursor (rare shared identifiers)")
-register("line_in_middle", "the cursor line up to the cursor opens the FIM middle, so typing on it leaves the "
-         "prompt before it (and its KV) unchanged", default=False)
-register("block_in_middle", "the enclosing block up to the cursor opens the FIM middle, so typing anywhere in it "
-         "leaves the prompt before it (and its KV) unchanged", default=False)
 register("steady_excerpts", "while the file changes only inside the enclosing block, the excerpts chosen for it "
          "stay as they were, so a keystroke changes only the prompt's tail (and its KV)")
 register("stable_head", "the file's imports and outline first, the same for every cursor in the file, so a jump "

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from context.packing.memo import TokenCounter
+from context.packing.tokens import TokenCounter
 from syntax.summaries import elision_marker
 
 # Priority tiers, nearest first (the seed's order); lower is more important.
@@ -108,7 +108,7 @@ def form_tokens(
     estimate_lines: Callable[[int, int], int] | None = None,
 ) -> int:
     """Tokens of a form, counting one elision marker per piece (the worst case). Verbatim pieces
-    are estimated from per-line counts when ``estimate_lines`` is given (see line_tokens)."""
+    are estimated from per-line counts when ``estimate_lines`` is given (see tokens.py)."""
     if form.tokens == 0:
         form.tokens = sum(
             (estimate_lines(p.start_line, p.end_line) if estimate_lines is not None and p.verbatim

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from context.model import ContextBlock
-from context.packing.line_tokens import LineRangeTokens
 from context.packing.pack import Candidate, Rendered
+from context.packing.tokens import LineRangeTokens
 from context.sources.enclosing import Enclosing
 from syntax.parsed_file import ParsedFile
 

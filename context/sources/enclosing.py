@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from context.model import ContextBlock
-from context.packing.line_tokens import exact_counter, take_while_fits
 from context.packing.pack import Piece, TokenCounter
+from context.packing.tokens import exact_counter, take_while_fits
 from syntax.parsed_file import ParsedFile
 from syntax.summaries import header_line_range
 from syntax.symbols.model import FileSymbols, Symbol
@@ -95,7 +95,7 @@ def _function_block(
     end_byte = parsed.line_end_byte(sym.end_line)
     prefix_text = parsed.text(start_byte, cursor_byte)
     suffix_text = parsed.text(cursor_byte, end_byte)
-    exact = exact_counter(count_tokens)  # by memoised segments: see line_tokens
+    exact = exact_counter(count_tokens)  # by memoised segments: see packing/tokens.py
     tokens = exact(prefix_text) + exact(suffix_text)
     label = sym.qualname
     if tokens <= budget:

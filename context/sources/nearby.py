@@ -15,8 +15,8 @@ block, richest first; packing takes the richest that fits.
 
 from __future__ import annotations
 
-from context.packing.line_tokens import LineRangeTokens
 from context.packing.pack import TIER_NEARBY, Candidate, Form, Piece
+from context.packing.tokens import LineRangeTokens
 from context.sources.enclosing import Enclosing
 from syntax.summaries import header_line_range
 from syntax.symbols.model import FileSymbols, Symbol

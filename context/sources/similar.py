@@ -22,8 +22,8 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable
 
-from context.packing.line_tokens import LineRangeTokens
 from context.packing.pack import TIER_SIMILAR, Candidate, Form, Piece
+from context.packing.tokens import LineRangeTokens
 from syntax.parsed_file import ParsedFile
 
 # Non-blank lines above the cursor line that join the query (the cursor line counts double).

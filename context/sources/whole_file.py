@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from context.model import AssembledContext, ContextBlock
-from context.packing.line_tokens import exact_counter
 from context.packing.pack import MAX_CHARS_PER_TOKEN, TokenCounter
+from context.packing.tokens import exact_counter
 from context.sources.window import clamp_cursor, split_at_cursor
 
 

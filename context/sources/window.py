@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from context.packing.line_tokens import take_while_fits
+from context.packing.tokens import take_while_fits
 from ctxpress_core.errors import CursorOutOfRange
 
 PREFIX_SHARE = 0.75

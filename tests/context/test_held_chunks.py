@@ -25,7 +25,7 @@ def _prepared(block: str, steady: bool, budget: int = 1024, block_start: int = 1
                                                                      end_line=block_start + 3, form="whole", tokens=20,
                                                                      reason="encloses the cursor")])
     return Prepared(EXCERPTS + block, "\n", report, "python", "0" * 64, resolve(None), stable_chars=len(EXCERPTS),
-                    block_chars=len(block), steady=steady)
+                    steady=steady)
 
 
 def _chunks() -> CrossFileChunks:

@@ -1,36 +1,31 @@
-"""Where the FIM middle starts: the prompt layouts that keep the KV of what comes before typing."""
+"""The prompt's layout: prefix-suffix-middle, and the head of it that file_opened pre-warms."""
 
 from __future__ import annotations
 
 from context.prepare import Prepared
-from context.prompt import middle_from
+from context.prompt import fim_layout, prewarm_head
 from ctxpress_core.features import resolve
-from ctxpress_core.wire.v1 import CompletionRequest, ContextReport
+from ctxpress_core.wire.v1 import ContextReport
+from serving.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 
 EXCERPTS = "import os\n\ndef helper(x):\n    ...\n"
 BLOCK = "def f(x):\n    y = helper(x)\n    return y.fo"
 
 
-def _prepared(features: dict[str, bool], strategy: str = "ast", retrieved: str = "") -> Prepared:
-    report = ContextReport(strategy=strategy, sources=[], file_tokens=0, context_tokens=0)
-    prefix = EXCERPTS + retrieved + BLOCK
-    return Prepared(prefix, "\n", report, "python", "0" * 64, resolve(features), stable_chars=len(EXCERPTS),
-                    block_chars=0 if strategy == "window-fallback" else len(BLOCK))
+def _prepared(stable_chars: int = len(EXCERPTS)) -> Prepared:
+    report = ContextReport(strategy="ast", sources=[], file_tokens=0, context_tokens=0)
+    return Prepared(EXCERPTS + BLOCK, "\n", report, "python", "0" * 64, resolve(None), stable_chars=stable_chars)
 
 
-def _request(mode: str = "optimized") -> CompletionRequest:
-    return CompletionRequest(repository="r", path="m.py", text="x", line=0, column=0, mode=mode)  # type: ignore[arg-type]
+def test_the_prompt_is_prefix_suffix_middle_with_its_markers_where_the_template_puts_them() -> None:
+    layout = fim_layout(_prepared())
+    assert layout.text == f"{FIM_PREFIX}{EXCERPTS}{BLOCK}{FIM_SUFFIX}\n{FIM_MIDDLE}"
+    assert [layout.text[at:at + len(m)] for at, m in zip(layout.markers, (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE),
+                                                           strict=True)] == [FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE]
 
 
-def test_the_middle_opens_at_the_block_or_the_cursor_line_and_only_when_asked() -> None:
-    assert middle_from(_request(), _prepared({})) is None  # plain PSM by default
-    line = middle_from(_request(), _prepared({"line_in_middle": True}))
-    assert line is not None and (EXCERPTS + BLOCK)[line:] == "    return y.fo"
-    # cross-file chunks go in before the block, which stays the prefix's tail
-    prepared = _prepared({"block_in_middle": True}, retrieved="# other.py\ndef g(): ...\n")
-    block = middle_from(_request(), prepared)
-    assert block is not None and prepared.prefix[block:] == BLOCK
-    # a window (no block): its cursor line; baseline mode: never
-    fallback = _prepared({"block_in_middle": True}, strategy="window-fallback")
-    assert fallback.prefix[middle_from(_request(), fallback) or 0:] == "    return y.fo"
-    assert middle_from(_request("baseline"), _prepared({"block_in_middle": True})) is None
+def test_the_prewarmed_head_is_the_stable_part_and_nothing_when_there_is_none() -> None:
+    head = prewarm_head(_prepared())
+    assert head is not None and head.text == FIM_PREFIX + EXCERPTS and head.markers == (0,)
+    assert fim_layout(_prepared()).text.startswith(head.text)
+    assert prewarm_head(_prepared(stable_chars=0)) is None

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from context import prompt
 from context.build import ContextLibrary, FileView, Prompt
-from context.packing.line_tokens import memo_sizes
+from context.packing.tokens import memo_sizes
 from context.prepare import Prepared
 from context.sources.retrieval import Retriever
 from context.sources.window import MAX_LINE_CHARS, longest_line
@@ -321,7 +321,7 @@ class CompletionService:
         prepared = await loop.run_in_executor(None, self.library.preparer.prepare, request, event.text,
                                               content_hash(event.text))
         # what the next request's prompt will start with
-        head = prompt.prewarm_head(request, prepared) if event.line is not None else prompt.prewarm_file_head(prepared)
+        head = prompt.prewarm_head(prepared) if event.line is not None else prompt.prewarm_file_head(prepared)
         if head is None:
             return
         result = await complete(

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from context.packing.line_tokens import exact_counter, segments
-from context.packing.tokens import rough_token_count
+from context.packing.tokens import exact_counter, rough_token_count, segments
 
 
 def test_segments_split_only_before_lines_that_hold_code() -> None:

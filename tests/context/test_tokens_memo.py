@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from context.packing.memo import MemoCounter
+from context.packing.tokens import MemoCounter
 
 
 def test_the_memo_forgets_the_least_recently_used_texts_past_its_characters() -> None:
