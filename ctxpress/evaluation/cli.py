@@ -314,7 +314,8 @@ def _shards(settings: Settings) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.evaluation.bench import BenchConfig, run_bench
+    from ctxpress.evaluation.bench import run_bench
+    from ctxpress.evaluation.bench_config import BenchConfig
     from ctxpress.evaluation.bench_report import final_line, report_lines
     from ctxpress.evaluation.busy import BackgroundLoad
     from ctxpress.evaluation.scenarios import DEFAULT_SCENARIOS
