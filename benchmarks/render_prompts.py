@@ -19,9 +19,11 @@ import sys
 from pathlib import Path
 
 from context.build import ContextLibrary, FileView
-from ctxpress.evaluation.bench import BenchConfig, third_party_root, typing_plan
+from ctxpress.evaluation.bench import third_party_root
+from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.cases import cut_out, make_cases
 from ctxpress.evaluation.progress import Progress
+from ctxpress.evaluation.typing_replay import typing_plan
 from ctxpress_core.settings import get_settings
 from ctxpress_core.wire.v1 import CompletionRequest
 from workers.completion.worker import load_tokenizer

@@ -124,7 +124,7 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_lsp(args: argparse.Namespace, settings: Settings) -> int:
-    from ctxpress.lsp.server import serve
+    from ctxpress.lsp.stdio import serve
 
     return serve(settings)
 

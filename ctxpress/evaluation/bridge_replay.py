@@ -21,11 +21,12 @@ from typing import Any
 
 import aiohttp
 
-from ctxpress.evaluation.bench import BenchConfig, TypingStep, replay_typing, typing_plan
+from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.bench_report import Sample
 from ctxpress.evaluation.peer import peer_reply, stop_process, vscode_request
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
+from ctxpress.evaluation.typing_replay import TypingStep, replay_typing, typing_plan
 
 START_TIMEOUT_S = 60.0
 _APPLIANCE_MS = re.compile(r"appliance;dur=([0-9.]+)")

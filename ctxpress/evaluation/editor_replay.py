@@ -23,10 +23,11 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 
-from ctxpress.evaluation.bench import BenchConfig, suggestion_matches, typed_body
+from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.bench_report import Sample
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
+from ctxpress.evaluation.typing_replay import suggestion_matches, typed_body
 from ctxpress.lsp.server import STATUS_NOTIFICATION
 
 FORWARD_CACHE_MS = 5.0
@@ -44,7 +45,7 @@ class Keystrokes:
 
 
 def keystroke_plan(path: Path, cfg: BenchConfig) -> Keystrokes:
-    """The same function body and pauses as ``bench.typing_plan``."""
+    """The same function body and pauses as ``typing_replay.typing_plan``."""
     text, start, end, pauses = typed_body(path, cfg)
     return Keystrokes(text[:start] + text[end:], start, text[start:end], pauses)
 

@@ -28,10 +28,12 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from ctxpress.client import CompletionClient
-from ctxpress.evaluation.bench import BenchConfig, _step_request, third_party_root, typing_plan
+from ctxpress.evaluation.bench import third_party_root
+from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.bench_report import Sample
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
+from ctxpress.evaluation.typing_replay import step_request, typing_plan
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import FileOpened
 
@@ -158,7 +160,7 @@ async def _editor(index: int, files: list[Path], cfg: BenchConfig, load: LoadCon
                 if time.monotonic() > deadline:
                     return
                 await asyncio.sleep(max(0.0, clock + step.typed / cfg.typing_cps - time.monotonic()))
-                request = _step_request(repository, name, step, "optimized", "load", cfg)
+                request = step_request(repository, name, step, "optimized", "load", cfg)
                 request = request.model_copy(update={"timeout_ms": EDITOR_TIMEOUT_MS})
                 started = time.perf_counter()
                 try:

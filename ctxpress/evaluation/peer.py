@@ -24,9 +24,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ctxpress.evaluation.bench import BenchConfig, TypingStep, replay_typing, typing_plan
+from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.bench_report import Sample
 from ctxpress.evaluation.progress import Progress
+from ctxpress.evaluation.typing_replay import TypingStep, replay_typing, typing_plan
 
 PREFIX_LINES = 256
 SUFFIX_LINES = 64

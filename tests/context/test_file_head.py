@@ -11,7 +11,8 @@ from context.model import AssembledContext
 from context.options import AssemblyOptions
 from context.session import FileSession
 from context.sources.file_head import head_items, render_head, take_items
-from ctxpress.evaluation.bench import BenchConfig, jump_cursors, third_party_root
+from ctxpress.evaluation.bench import jump_cursors, third_party_root
+from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.cases import cut_out
 from ctxpress_core.settings import DEFAULT_HEAD_SHARE
 from syntax.symbols.model import FileSymbols

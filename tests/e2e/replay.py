@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxpress.client import CompletionClient
-from ctxpress.evaluation.bench import BenchConfig, pick_function, third_party_root, typing_pauses
+from ctxpress.evaluation.bench import third_party_root
+from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.runner import percentile
+from ctxpress.evaluation.typing_replay import pick_function, typing_pauses
 from ctxpress_core.wire.v1 import CompletionRequest
 
 PAUSES = 4

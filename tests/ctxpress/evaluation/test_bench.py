@@ -4,17 +4,11 @@ from typing import Any
 
 import pytest
 
-from ctxpress.evaluation.bench import (
-    TEAM_FILES,
-    BenchConfig,
-    _team,
-    pick_function,
-    third_party_root,
-    typing_pauses,
-    typing_plan,
-)
+from ctxpress.evaluation.bench import TEAM_FILES, _team, third_party_root
+from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.peer import peer_reply, vscode_request
 from ctxpress.evaluation.progress import Progress
+from ctxpress.evaluation.typing_replay import pick_function, typing_pauses, typing_plan
 
 MODULE = '''import math
 

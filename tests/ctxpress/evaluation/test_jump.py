@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from ctxpress.evaluation.bench import BenchConfig, jump_cursors, third_party_root
+from ctxpress.evaluation.bench import jump_cursors, third_party_root
+from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.busy import BackgroundLoad
 
 LONG_FILE = third_party_root() / "engine" / "result.py"

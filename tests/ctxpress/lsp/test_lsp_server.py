@@ -18,7 +18,7 @@ from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 from sqlalchemy import text
 
-from ctxpress.lsp.server import HEADER_LIMIT_BYTES
+from ctxpress.lsp.stdio import HEADER_LIMIT_BYTES
 from db.session import engine_for
 from tests.conftest import Appliance, free_port
 
