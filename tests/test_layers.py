@@ -40,3 +40,52 @@ def test_every_import_of_a_project_module_names_one_that_exists() -> None:
                     if name.split(".")[0] in PACKAGES and importlib.util.find_spec(name) is None:
                         missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
     assert missing == []
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import cycle among the project's modules (imports inside functions included)."""
+    import grimp
+
+    graph = grimp.build_graph(*(p for p in PACKAGES if p != "tests"), cache_dir=None)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(root: str) -> None:  # Tarjan's strongly connected components, iteratively
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            module, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                elif child in on_stack:
+                    low[module] = min(low[module], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[module])
+            if low[module] == index[module]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == module:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    assert cycles == []
+
