@@ -8,6 +8,7 @@ never reach the engine.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -70,13 +71,32 @@ ProgressFn = Callable[[int, int], None]
 
 
 def ensure_model(model: PackagedModel, models_dir: Path, progress: ProgressFn | None = None) -> Path:
-    """Return the path of the verified GGUF, joining the parts first if needed."""
+    """Return the path of the verified GGUF, joining the parts first if needed. Processes that start at once
+    (a test session's engine and worker, the parts of `ctxpress up`) join it one at a time: the others wait
+    on a lock of the models directory and find it joined."""
     target = models_dir / model.file_name
-    marker = target.with_suffix(".sha256")
-    if target.exists() and marker.exists() and marker.read_text().strip() == model.sha256:
-        if target.stat().st_size == model.size:
-            return target
+    if _verified(model, target):
+        return target
     models_dir.mkdir(parents=True, exist_ok=True)
+    lock = os.open(models_dir, os.O_RDONLY)  # a lock of the directory itself: no lock file left behind
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _verified(model, target):
+            _join(model, target, progress)
+    finally:
+        os.close(lock)
+    return target
+
+
+def _verified(model: PackagedModel, target: Path) -> bool:
+    marker = target.with_suffix(".sha256")
+    try:
+        return marker.read_text().strip() == model.sha256 and target.stat().st_size == model.size
+    except OSError:
+        return False
+
+
+def _join(model: PackagedModel, target: Path, progress: ProgressFn | None) -> None:
     parts = model.part_paths()
     digest = hashlib.sha256()
     written = 0
@@ -97,8 +117,7 @@ def ensure_model(model: PackagedModel, models_dir: Path, progress: ProgressFn | 
             f"expected {model.size} bytes with sha256 {model.sha256}"
         )
     os.replace(partial, target)
-    marker.write_text(model.sha256 + "\n")
-    return target
+    target.with_suffix(".sha256").write_text(model.sha256 + "\n")
 
 
 def draft_model_path(settings: Settings) -> Path | None:

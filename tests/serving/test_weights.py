@@ -1,5 +1,8 @@
 import hashlib
+import multiprocessing
+import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,3 +49,32 @@ def test_packaged_target_is_installed_with_all_parts() -> None:
     paths = TARGET.part_paths()
     assert len(paths) == 22
     assert sum(p.stat().st_size for p in paths) == TARGET.size
+
+
+def _join_in_process(parts: list[Path], sha256: str, size: int, models: Path, start: Any) -> None:
+    start.wait()
+    ensure_model(LocalParts(parts, sha256, size), models)
+
+
+def test_processes_that_start_at_once_join_the_model_once_and_whole(tmp_path: Path) -> None:
+    """The engine and the worker of a test session ask for the model at the same moment: each must get the
+    whole, verified file (they used to write one partial file together, and one found it gone)."""
+    rng = random.Random(3)
+    chunks = [rng.randbytes(24 << 20) for _ in range(3)]
+    parts = []
+    for i, chunk in enumerate(chunks):
+        parts.append(tmp_path / f"part{i:02d}.bin")
+        parts[-1].write_bytes(chunk)
+    whole = b"".join(chunks)
+    sha256 = hashlib.sha256(whole).hexdigest()
+    context = multiprocessing.get_context("fork")
+    start = context.Barrier(3)
+    joiners = [context.Process(target=_join_in_process, args=(parts, sha256, len(whole), tmp_path / "models", start))
+               for _ in range(3)]
+    for joiner in joiners:
+        joiner.start()
+    for joiner in joiners:
+        joiner.join(120)
+    assert [joiner.exitcode for joiner in joiners] == [0, 0, 0]
+    assert hashlib.sha256((tmp_path / "models" / "tiny.gguf").read_bytes()).hexdigest() == sha256
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["tiny.gguf", "tiny.sha256"]
