@@ -27,7 +27,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from ctxpress_core.settings import Settings, get_settings
-from db.chunks import search_chunks
+from db.chunk_search import search_chunks
 from db.session import engine_for
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com",

@@ -122,7 +122,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.orm import Session
 
     from ctxpress_core.errors import EmbeddingError
-    from db.chunks import search_chunks
+    from db.chunk_search import search_chunks
     from db.session import engine_for
     from indexer.chunks import identifier_words
     from indexer.embeddings import TritonEmbedder

@@ -1,7 +1,8 @@
 """SQLAlchemy 2 models of the repository index (schema: ``db.migrations`` version 2).
 
 The migrations own the DDL; these classes mirror it for queries. One database serves many
-repositories: every row carries ``repo_id`` and every query in ``db.chunks`` filters on it.
+repositories: every row carries ``repo_id`` and every query of the index (``db.chunks``, ``db.chunk_search``,
+``db.coarse_files``) filters on it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class IndexedFile(Base):
 
     repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
     path: Mapped[str] = mapped_column(Text, primary_key=True)
-    owner: Mapped[str] = mapped_column(Text, primary_key=True, default="")  # db.chunks.SHARED or a user
+    owner: Mapped[str] = mapped_column(Text, primary_key=True, default="")  # db.scope.SHARED or a user
     language: Mapped[str | None] = mapped_column(Text)
     content_hash: Mapped[str | None] = mapped_column(Text)
     size_bytes: Mapped[int] = mapped_column(Integer, default=0)

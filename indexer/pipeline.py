@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from ctxpress_core import inference
 from db import chunks as store
+from db.scope import SHARED
 from db.session import engine_for
 from indexer.chunks import Chunk, ChunkingError, FileChunks, chunk_file
 from indexer.embeddings import TritonEmbedder
@@ -177,7 +178,7 @@ class Indexer:
                          progress=progress)
 
     def apply_changes(self, name: str, changes: Sequence[FileChange], commit: str | None = None,
-                      progress: Progress | None = None, *, owner: str = store.SHARED,
+                      progress: Progress | None = None, *, owner: str = SHARED,
                       committed_by: str | None = None) -> IndexSummary:
         """Index the given file states (from the stream: hooks and IDE saves) into ``owner``'s index (a user's
         saves in team mode) or the shared one. ``committed_by``: the user whose commit this is; their saved
@@ -189,7 +190,7 @@ class Indexer:
 
     def _run(self, name: str, changes: list[FileChange], summary: IndexSummary, *, root: str | None = None,
              commit: str | None = None, full: bool = False, progress: Progress | None = None,
-             owner: str = store.SHARED, committed_by: str | None = None) -> IndexSummary:
+             owner: str = SHARED, committed_by: str | None = None) -> IndexSummary:
         started = time.perf_counter()
         summary.files_seen = len(changes) + len(summary.skipped)
         # Later changes of the same path win (coalescing: a burst is one pass per file).
@@ -231,7 +232,7 @@ class Indexer:
 
     def _write(self, engine: Engine, name: str, plans: list[_Planned], vectors: dict[str, np.ndarray],
                summary: IndexSummary, *, root: str | None, commit: str | None, full: bool,
-               progress: Progress | None, owner: str = store.SHARED, committed: Sequence[str] = (),
+               progress: Progress | None, owner: str = SHARED, committed: Sequence[str] = (),
                committed_by: str | None = None) -> None:
         """Write every plan in one transaction, under the repository's lock."""
         t = time.perf_counter()
@@ -270,7 +271,7 @@ class Indexer:
                     progress("writing", n, len(plans))
             if committed_by is not None:
                 summary.chunks_deleted += store.discard_saved(session, repo.id, committed, committed_by)
-            if (full or commit) and owner == store.SHARED:
+            if (full or commit) and owner == SHARED:
                 store.set_repository_head(session, repo.id, commit, inference.EMBEDDING_MODEL_ID)
         summary.stage_seconds["write"] = time.perf_counter() - t
 

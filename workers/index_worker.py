@@ -39,7 +39,7 @@ from ctxpress_core.wire.v1 import (
     FileSaved,
     IndexEvent,
 )
-from db.chunks import SHARED
+from db.scope import SHARED
 from db.session import refuses_values
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary

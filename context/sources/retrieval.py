@@ -37,7 +37,8 @@ from sqlalchemy.orm import Session
 from ctxpress_core.errors import EmbeddingError
 from ctxpress_core.languages import LINE_COMMENT
 from ctxpress_core.wire.v1 import wire_lines
-from db.chunks import CoarseFiles, SearchHit, coarse_files, search_chunks
+from db.chunk_search import SearchHit, search_chunks
+from db.coarse_files import CoarseFiles, coarse_files
 from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys
 from indexer.embeddings import AsyncTritonEmbedder

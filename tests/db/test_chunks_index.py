@@ -11,8 +11,9 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from ctxpress_core.errors import EmbeddingError
-from db.chunks import ScopeError, search_chunks
+from db.chunk_search import search_chunks
 from db.models import CodeChunk, IndexedFile, Repository
+from db.scope import ScopeError
 from db.session import engine_for
 from indexer.chunks import identifier_words
 from indexer.embeddings import TritonEmbedder

@@ -18,7 +18,7 @@ import pytest
 from ctxpress_core.identity import NatsCredentials, write_credentials
 from db.embedded import EmbeddedPostgres
 from serving.engine.kv_disk import KVDiskTier
-from serving.engine.triton_server import short_workspace_path
+from serving.engine.triton_workspace import short_workspace_path
 from tests.conftest import Appliance
 
 SOMEONE_ELSE = 65534  # nobody

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from ctxpress_core import identity
 from ctxpress_core.errors import GrantsUnavailable
 from ctxpress_core.wire.v1 import CompletionRequest, CompletionResponse, ContextReport, Timings
-from db.chunks import coarse_files
+from db.coarse_files import coarse_files
 from db.models import IndexedFile, Repository
 from db.session import engine_for
 from tests.conftest import Appliance

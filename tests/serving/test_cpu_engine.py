@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ctxpress.evaluation.busy import BackgroundLoad
-from serving.engine.cpu_engine import YIELD_CHUNK, LlamaEngine
+from serving.engine.cpu_engine import LlamaEngine
+from serving.engine.decode_loop import YIELD_CHUNK
 from serving.engine.engine_config import EngineConfig
 from serving.engine.generation import GaveWay
 from serving.fim import STOP_WORDS

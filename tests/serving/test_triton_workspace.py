@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from serving.engine.triton_server import short_workspace_path
+from serving.engine.triton_workspace import short_workspace_path
 
 SOCKET = "embedder_0_0-server.sock"
 

@@ -27,7 +27,7 @@ from ctxpress_core.wire.v1 import (
     FileSaved,
     IndexEvent,
 )
-from db.chunks import search_chunks
+from db.chunk_search import search_chunks
 from db.models import CodeChunk, IndexedFile, Repository
 from db.session import engine_for
 from indexer.embeddings import TritonEmbedder
