@@ -89,3 +89,19 @@ def test_no_module_imports_itself_through_others() -> None:
             visit(module)
     assert cycles == []
 
+
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_is_over_the_size_limit() -> None:
+    long = []
+    for package in PACKAGES:
+        if package == "tests":
+            continue
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "node_modules" in path.parts:
+                continue
+            lines = path.read_text(encoding="utf-8").count("\n")
+            if lines > MAX_MODULE_LINES:
+                long.append(f"{path.relative_to(ROOT)}: {lines}")
+    assert long == []
