@@ -68,4 +68,6 @@ register("steady_excerpts", "while the file changes only inside the enclosing bl
          "stay as they were, so a keystroke changes only the prompt's tail (and its KV)")
 register("stable_head", "the file's imports and outline first, the same for every cursor in the file, so a jump "
          "to another function reuses its KV (context/sources/file_head.py)", default=False)
+register("follow_up", "when a suggestion is answered, the one after it (as if it were accepted) is computed "
+         "while nothing else waits on the engine, and answers the request an editor sends after a Tab", default=False)
 register("prewarm", "on file_opened, process the stable part of the file's prompt in the background")

@@ -15,6 +15,8 @@ Scenarios (each bounded in requests and seconds):
   from the disk tier (or processed anew without it); then once more, warm. Optimized mode only.
 - ``kernels``: prompt tokens/s and ms a token per CPU kernel path (AMX / AVX-512 / AVX2, forced), each in
   an engine process of its own, without the appliance (``ctxpress.evaluation.kernel_paths``); runs alone.
+- ``accept``: a typist who accepts the suggestions the body goes on with, the editor asking again right after
+  each accept (``accept_replay.py``); with the follow-up (feature ``follow_up``) off, then on.
 Modes alternate request by request, except in ``typing`` and ``file_switch``, where each mode
 replays the whole session in turn: there the engine's cache state across requests is what is
 measured, and interleaving would let one mode evict the other's cache.
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxpress.client import CompletionClient
+from ctxpress.evaluation.accept_replay import AFTER_ACCEPT, TYPED, accept_figures, replay_accepting
 from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.bench_report import Sample, summarise
 from ctxpress.evaluation.cases import Case, cut_out, make_cases
@@ -252,6 +255,27 @@ async def _jump(client: CompletionClient, path: Path, cfg: BenchConfig, progress
     return samples
 
 
+ACCEPT_LABELS = tuple(f"{arm}/{kind}" for arm in ("off", "on") for kind in (TYPED, AFTER_ACCEPT))
+
+
+async def _accept(client: CompletionClient, path: Path, cfg: BenchConfig, progress: Progress) -> list[Sample]:
+    """A typist who accepts what matches, with the follow-up off, then on (each arm in a file of its own, so that
+    nothing of one arm's engine cache serves the other)."""
+    samples: list[Sample] = []
+    for arm in ("off", "on"):
+        features = {**(cfg.features or {}), "follow_up": arm == "on"}
+        name = f"accept-{arm}-{path.name}"
+
+        async def send(text: str, line: int, column: int, name: str = name,
+                       features: dict[str, bool] = features) -> tuple[float, dict[str, Any]]:
+            return await _send(client, CompletionRequest(
+                repository=path.parent.name, path=name, text=text, line=line, column=column,
+                max_tokens=cfg.max_tokens, mode="optimized", scenario="bench-accept", features=features))
+
+        samples += await replay_accepting(path, cfg, send, progress, arm)
+    return samples
+
+
 async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Path | None = None,
                     files: Sequence[Path] = ()) -> dict[str, dict[str, dict[str, Any]]]:
     root = third_party_root()
@@ -259,9 +283,9 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
     sizes = {"short": cfg.requests, "long": cfg.requests, "file_switch": 3 * 2,
              "concurrency": cfg.clients * cfg.requests, "typing": cfg.typing_pauses,
              "team": team_typists(cfg.clients) * cfg.typing_pauses, "reopen": cfg.kv_pool_slots + 3,
-             "jump": cfg.jump_cursors * max(1, len(cfg.jump_layouts))}
-    progress = Progress(sum(sizes[s] * (1 if s in ("concurrency", "team", "reopen", "jump") else len(cfg.modes))
-                            for s in scenarios),
+             "jump": cfg.jump_cursors * max(1, len(cfg.jump_layouts)), "accept": 2 * cfg.typing_pauses}
+    one_run = ("concurrency", "team", "reopen", "jump", "accept")  # not once per mode
+    progress = Progress(sum(sizes[s] * (1 if s in one_run else len(cfg.modes)) for s in scenarios),
                         "bench")
 
     def cases_for(min_lines: int, max_lines: int, n: int) -> list[Case]:
@@ -289,6 +313,8 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
                 samples = await _team(cfg, root, progress)
             elif name == "jump":
                 samples = await _jump(client, typing_file or root / "engine" / "result.py", cfg, progress)
+            elif name == "accept":
+                samples = await _accept(client, typing_file or root / "engine" / "result.py", cfg, progress)
             elif name == "reopen":
                 picked = {c.path: c for c in cases_for(1000, 0, 8 * (cfg.kv_pool_slots + 1))}
                 samples = await _reopen(client, list(picked.values())[:cfg.kv_pool_slots + 1], cfg, progress)
@@ -296,11 +322,15 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
                 raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
             seconds = time.monotonic() - started
             shared = seconds if name in ("concurrency", "team") else None
-            labels = {"team": ("typing", "typing_cold", "jump"), "reopen": REOPEN_LABELS,
+            labels = {"team": ("typing", "typing_cold", "jump"), "reopen": REOPEN_LABELS, "accept": ACCEPT_LABELS,
                       "jump": [label for label, _ in cfg.jump_layouts] or ["optimized"]}.get(name, cfg.modes)
             results[name] = {label: summarise([s for s in samples if s.mode == label], shared) for label in labels}
             if name == "team":
                 results[name]["all"] = summarise(samples, shared)
+            if name == "accept":
+                for arm in ("off", "on"):
+                    results[name][f"{arm}/{AFTER_ACCEPT}"].update(
+                        accept_figures([s for s in samples if s.mode.startswith(f"{arm}/")]))
             if name == "reopen" and results[name]["warm"]["latency_ms_p50"]:
                 warm = results[name]["warm"]["latency_ms_p50"]
                 results[name]["reopened"]["vs_warm"] = results[name]["reopened"]["latency_ms_p50"] / warm

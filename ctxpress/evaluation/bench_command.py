@@ -97,8 +97,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     cfg = BenchConfig(settings.effective_nats_url(), settings.completion_subject, modes=modes,
                       requests=args.requests, clients=args.clients, max_seconds=args.max_seconds,
-                      typing_pauses=args.typing_pauses, features=features, kv_pool_slots=settings.kv_pool_slots,
-                      jump_layouts=layouts)
+                      typing_pauses=args.typing_pauses, accept_pause_s=args.accept_pause, features=features,
+                      kv_pool_slots=settings.kv_pool_slots, jump_layouts=layouts)
     scenarios = args.scenario or list(DEFAULT_SCENARIOS)
     if "shards" in scenarios:
         if scenarios != ["shards"]:

@@ -22,6 +22,7 @@ class BenchConfig:
     max_tokens: int = 16
     typing_cps: float = 6.0  # characters per second of a steady typist
     debounce_ms: float = 150.0
+    accept_pause_s: float = 1.0  # from a suggestion shown to its accept (read, Tab); the editor asks again at once
     typing_pauses: int = 12  # completions asked for per typing replay
     seed: int = 0
     features: dict[str, bool] | None = None  # optimized mode's switches (ablations)

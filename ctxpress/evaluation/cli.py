@@ -57,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="simulated IDEs in the concurrency and team scenarios (team: all but one type)")
     be.add_argument("--max-seconds", type=float, default=900.0, help="bound on each scenario")
     be.add_argument("--typing-pauses", type=int, default=12, help="completions asked for in a typing replay")
+    be.add_argument("--accept-pause", type=float, default=1.0,
+                    help="accept scenario: seconds from a suggestion shown to its accept (reading it, Tab)")
     be.add_argument("--mode", choices=["baseline", "optimized", "both"], default="both")
     be.add_argument("--features", default="", help="optimized mode's switches, as for eval: --features=-prefix_cache")
     be.add_argument("--peer-server", type=Path, metavar="LLAMA_SERVER",

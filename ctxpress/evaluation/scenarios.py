@@ -2,7 +2,7 @@
 so that the command line lists them without importing the benchmark."""
 
 SCENARIOS = ("short", "long", "file_switch", "concurrency", "typing", "team", "reopen", "jump", "load", "shards",
-             "kernels")
+             "kernels", "accept")
 # team needs two server set-ups; reopen measures the engine's disk tier, not a mode; jump compares prompt
 # layouts (--jump-layout); load is a team's load; shards starts the team topology of infra/ as processes; kernels
 # measures the engine's CPU kernel paths, without the appliance

@@ -198,6 +198,8 @@ class ContextReport(BaseModel):
     blocks: list[BlockReport] = Field(default_factory=list)
     dropped: list[BlockReport] = Field(default_factory=list)
     retrieval: dict[str, object] | None = None  # cross-file retrieval: timing, threshold, or why skipped
+    # answered from the follow-up computed when the previous suggestion was answered (feature follow_up)
+    precomputed: bool = False
 
 
 class CompletionResponse(BaseModel):

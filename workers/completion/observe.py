@@ -78,3 +78,11 @@ class Observer:
         metrics.FEEDBACK.labels(event.action).inc()
         if self.telemetry is not None:
             self.telemetry.record_feedback({**event.model_dump(), "user_name": user})
+
+
+def observe_retrieval(report: dict[str, object] | None) -> None:
+    """Cross-file retrieval that was skipped (no index yet, its deadline, …) is a degraded request."""
+    skipped = (report or {}).get("skipped")
+    if skipped:
+        metrics.DEGRADED.labels("retrieval", str(skipped)).inc()
+        log.info(json.dumps({"event": "degraded", "part": "retrieval", "why": skipped}))

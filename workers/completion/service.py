@@ -44,7 +44,8 @@ from serving.engine_api import CompletionEngine, CompletionResult, complete
 from serving.fim import STOP_WORDS
 from workers import metrics
 from workers.completion.engine_load import EngineLoad
-from workers.completion.observe import Observer
+from workers.completion.follow_up import Asked, FollowUps, accepted
+from workers.completion.observe import Observer, observe_retrieval
 from workers.completion.request import parse_request, within_size_limit
 from workers.file_store import FileStore
 from workers.grants import Caller, Grants
@@ -84,6 +85,7 @@ class CompletionService:
         self.engine_load = EngineLoad()
         self._file_tokens_cache: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()  # pre-warm tasks (kept referenced)
+        self.follow_ups = FollowUps()
         # Work no live request waits for (warming an opened file, counting a whole file for the
         # report) runs on one thread at the lowest CPU priority: on the embedded appliance it
         # shares two cores with the engine, and at normal priority it slowed the prompt it ran
@@ -100,7 +102,8 @@ class CompletionService:
         return {"file_store_files": len(self.files), "file_store_chars": self.files.chars,
                 **self.library.sessions.counts(), "file_token_counts": len(self._file_tokens_cache),
                 "token_memo_entries": memo_entries, "token_memo_chars": memo_chars,
-                "requests_in_flight": len(self._inflight), "cancel_marks": len(self._cancelled_by_caller)}
+                "requests_in_flight": len(self._inflight), "cancel_marks": len(self._cancelled_by_caller),
+                "follow_ups": len(self.follow_ups)}
 
     async def handle(self, data: bytes, received_at: float, user: str | None = None) -> bytes:
         """One request in, one reply out; never raises (a cancelled request answers ``cancelled``).
@@ -137,13 +140,24 @@ class CompletionService:
 
     async def _complete(self, request: CompletionRequest, request_id: str, received_at: float,
                         caller: Caller) -> CompletionResponse:
-        """The pipeline: text, context, admission, inference, reply."""
-        started = time.perf_counter()
+        """The answer computed ahead for exactly this request (follow_up.py), else the pipeline; then, when asked
+        for, the follow-up of this answer."""
         text, digest = self._resolve_text(request, caller)
+        held = self.follow_ups.claim(Asked.of(request, caller.user, digest))  # and every other one is superseded
+        response = await self._held_answer(held, request, request_id, received_at) if held is not None else None
+        if response is None:
+            response = await self._answer(request, text, digest, request_id, received_at, caller)
+        self._follow_up(request, text, response, caller)
+        return response
+
+    async def _answer(self, request: CompletionRequest, text: str, digest: str, request_id: str,
+                      received_at: float, caller: Caller) -> CompletionResponse:
+        """The pipeline: context, admission, inference, reply."""
+        started = time.perf_counter()
         built = await self.library.build_prompt(request, FileView(text, digest, caller.user, caller.repositories),
                                                 self.retriever)
         prepared = built.prepared
-        _observe_retrieval(prepared)
+        observe_retrieval(prepared.report.retrieval)
         context_ms = (time.perf_counter() - started) * 1000
         left_s = self._time_left(request, received_at)
         self.engine_load.admit(left_s)  # OVERLOADED: the requests ahead take longer than this one may wait
@@ -153,6 +167,47 @@ class CompletionService:
         prepared.report.file_tokens = await file_tokens
         queue_ms = (started - received_at) * 1000
         return self._response(request, request_id, prepared, result, received_at, queue_ms, context_ms)
+
+    async def _held_answer(self, held: asyncio.Task[CompletionResponse], request: CompletionRequest,
+                           request_id: str, received_at: float) -> CompletionResponse | None:
+        """The follow-up's answer, waited for while it runs (None: it failed, or not within the request's time)."""
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(held), max(0.0, self._time_left(request, received_at)))
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                held.cancel()
+                raise  # the live request itself is cancelled
+            return None
+        except Exception as exc:  # the follow-up failed (the engine busy or down, …): answer afresh
+            held.cancel()
+            log.info(json.dumps({"event": "follow_up_unused", "why": type(exc).__name__}))
+            return None
+        metrics.FOLLOW_UPS_USED.inc()
+        total_ms = (time.perf_counter() - received_at) * 1000
+        report = answer.context.model_copy(update={"precomputed": True})
+        return answer.model_copy(update={"id": request_id, "context": report, "timings": Timings(
+            context_ms=0.0, queue_ms=0.0, prompt_ms=total_ms, decode_ms=0.0, total_ms=total_ms)})
+
+    def _follow_up(self, request: CompletionRequest, text: str, response: CompletionResponse,
+                   caller: Caller) -> None:
+        """Start computing the answer to the request an editor sends after accepting ``response``, when nothing
+        else waits on the engine."""
+        if request.mode != "optimized" or not response.features.get("follow_up") or not response.completion.strip():
+            return
+        if self.engine_load.inflight:
+            return
+        after = accepted(text, request.line, request.column, response.completion)
+        if after is None or len(after[0].encode("utf-8")) > self.settings.max_request_bytes:
+            return
+        new_text, line, column = after
+        follow = request.model_copy(update={"text": new_text, "content_hash": None, "line": line, "column": column,
+                                            "request_id": None, "timeout_ms": None})
+        digest = content_hash(new_text)
+        self.files.put(caller.file_key(digest), new_text)  # an editor that sends the hash alone finds it
+        self.follow_ups.start(Asked.of(follow, caller.user, digest),
+                              self._answer(follow, new_text, digest, uuid.uuid4().hex[:16], time.perf_counter(),
+                                           caller))
 
     async def _authorize(self, user: str | None, repository: str) -> Caller:
         """Team mode: nothing of a request reaches retrieval or the engine unless its user holds a grant for
@@ -332,14 +387,6 @@ class CompletionService:
         log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
             inference.CTX_PROMPT_TOKENS), "reused": result.figures.get(inference.CTX_CACHED_TOKENS),
             "finish": result.finish_reason}))
-
-
-def _observe_retrieval(prepared: Prepared) -> None:
-    """Cross-file retrieval that was skipped (no index yet, its deadline, …) is a degraded request."""
-    skipped = (prepared.report.retrieval or {}).get("skipped")
-    if skipped:
-        metrics.DEGRADED.labels("retrieval", skipped).inc()
-        log.info(json.dumps({"event": "degraded", "part": "retrieval", "why": skipped}))
 
 
 def _lowest_cpu_priority() -> None:
