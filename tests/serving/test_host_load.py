@@ -31,9 +31,10 @@ def test_threads_leave_a_core_to_each_busy_one_and_keep_one() -> None:
     assert load.threads(4) == 1
 
 
-def _measured(nice: int) -> float:
+def _measured(nice: int | None) -> float:
+    """The other cores busy while one process spins at ``nice`` (None: none spins)."""
     load = HostLoad(sample_s=0.25).start()
-    busy = BackgroundLoad(1, nice)
+    busy = BackgroundLoad(1 if nice is not None else 0, nice or 0)
     busy.start()
     try:
         time.sleep(3.0)
@@ -45,5 +46,8 @@ def _measured(nice: int) -> float:
 
 
 def test_a_process_spinning_at_normal_priority_takes_a_core_and_a_niced_one_none() -> None:
-    assert _measured(0) >= 0.7
-    assert _measured(15) < 0.5
+    # what the rest of the host runs meanwhile (another test run, a build) is measured too: each spinner is
+    # judged by what it adds to the host without it
+    idle = _measured(None)
+    assert _measured(0) - idle >= 0.7
+    assert _measured(15) - idle < 0.5
