@@ -123,3 +123,23 @@ def first_code_indent(text: str) -> int | None:
         if line.strip():
             return len(line) - len(line.lstrip())
     return None
+
+
+# How far back outer_body_indent looks: a definition longer than this is read as if it had no header.
+_OUTER_LOOKBACK_LINES = 400
+
+
+def outer_body_indent(prefix: str) -> int | None:
+    """The indentation of the body of the top-level definition (Python) that the cursor is in: the first indented
+    line after the nearest line at column 0 that opens a block. None at top level or past the look-back."""
+    lines = prefix.split("\n")[-_OUTER_LOOKBACK_LINES:]
+    for at in range(len(lines) - 2, -1, -1):  # the cursor's own line is the last: it is the body, not a header
+        line = lines[at]
+        if line[:1].isspace() or not line.rstrip().endswith(":"):
+            continue
+        for body in lines[at + 1:]:
+            if body.strip():
+                indent = len(body) - len(body.lstrip())
+                return indent or None
+        return None
+    return None

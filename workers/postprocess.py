@@ -26,6 +26,7 @@ from workers.code_lines import (
     finished,
     first_code_indent,
     opens_block,
+    outer_body_indent,
     read_lines,
 )
 
@@ -90,7 +91,7 @@ def clean_completion(completion: str, suffix: str, *, prefix: str = "", language
     if not at_line_start and rest_of_line.strip():
         text = _hold_to_line(text, rest_of_line, language)
     elif "\n" in text or cut_at_limit:
-        text = _complete_block(text, suffix, line_before, language, cut_at_limit)
+        text = _complete_block(text, prefix, suffix, language, cut_at_limit)
 
     # The rest of the cursor line is already there: do not repeat it at the end. (After a mid-line cursor whose
     # line goes on with a closing bracket, _hold_to_line has settled the brackets: a closer is the completion's.)
@@ -136,8 +137,9 @@ def _before_first_unmatched_closer(text: str, language: str | None) -> str:
     return text[: high - 1].rstrip()
 
 
-def _complete_block(text: str, suffix: str, line_before: str, language: str | None, cut_at_limit: bool) -> str:
+def _complete_block(text: str, prefix: str, suffix: str, language: str | None, cut_at_limit: bool) -> str:
     """A completion from a line start or the end of a line: the block it writes, finished."""
+    line_before = prefix.rsplit("\n", 1)[-1]
     lines = read_lines(text, language)
     # The first line continues the cursor's line: its indentation is the line's own.
     first_indent = len(line_before) - len(line_before.lstrip()) if line_before.strip() else \
@@ -147,7 +149,7 @@ def _complete_block(text: str, suffix: str, line_before: str, language: str | No
         after_indent: int | None = len(line_before) + len(rest_of_line) - len(rest_of_line.lstrip())
     else:
         after_indent = first_code_indent(suffix.split("\n", 1)[1] if "\n" in suffix else "")
-    end = _block_end(lines, first_indent, after_indent, suffix, language)
+    end = _block_end(lines, first_indent, after_indent, outer_body_indent(prefix), suffix, language)
     limit_cut = cut_at_limit and end == len(lines)
     lines = lines[:end]
     if limit_cut and (len(lines) > 1 or not finished(lines)):
@@ -169,15 +171,18 @@ def _complete_block(text: str, suffix: str, line_before: str, language: str | No
     return "\n".join(line.text for line in lines)
 
 
-def _block_end(lines: list[Line], first_indent: int, after_indent: int | None, suffix: str,
-               language: str | None) -> int:
-    """How many lines belong to the block at the cursor. Python: the lines until one dedents below both the
-    block's first line and the code after the cursor (the model has left the block and writes new top-level
-    code: ``print(…)``, the next ``def``). Braces: the lines until one closes the block around the cursor when
+def _block_end(lines: list[Line], first_indent: int, after_indent: int | None, outer_indent: int | None,
+               suffix: str, language: str | None) -> int:
+    """How many lines belong to the block at the cursor. Python: the lines until one dedents out of the top-level
+    definition the cursor is in (below its body, below the block's first line and below the code after the
+    cursor): the model has left it and writes new top-level code (``print(…)``, the next ``def``). A hole may
+    span a dedent inside the definition (HumanEval/95/L1_L7 goes from an ``if`` body back to the function's),
+    so only leaving the definition counts. Braces: the lines until one closes the block around the cursor when
     the file closes it already."""
     if language in PYTHON_LIKE:
-        # at the end of the file code at any level may follow
-        floor = 0 if after_indent is None else min(first_indent, after_indent)
+        if after_indent is None:
+            return len(lines)  # the end of the file: code at any level may follow
+        floor = min(first_indent, after_indent, first_indent if outer_indent is None else outer_indent)
         for index, line in enumerate(lines[1:], start=1):
             if line.is_code and line.indent < floor:
                 return index

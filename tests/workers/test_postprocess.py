@@ -158,3 +158,19 @@ def test_limit_cut_single_line_is_kept_when_finished_and_dropped_when_not() -> N
     assert clean_completion("total = a + b", "\n", prefix="    ", language="python", finish_reason="length") == \
         "total = a + b"
     assert clean_completion("total = max(a,", "\n", prefix="    ", language="python", finish_reason="length") == ""
+
+
+def test_python_completion_may_dedent_within_its_definition() -> None:
+    # HumanEval/95/L1_L7: the hole starts in an `if` body and goes on at the function's level
+    prefix = "def check(d):\n    if not d:\n"
+    completion = "        return False\n    state = 'start'\n    for key in d:\n        state = key"
+    cleaned = clean_completion(completion, "\n        if state == 'x':\n            break\n    return True\n",
+                               prefix=prefix, language="python")
+    assert cleaned == completion
+
+
+def test_python_stops_at_top_level_code_after_a_method() -> None:
+    prefix = "class A:\n    def f(self, xs):\n        for x in xs:\n"
+    completion = "            self.n += x\n        return self.n\n\n    def g(self):\n        pass\n\na = A()"
+    cleaned = clean_completion(completion, "\n        return 0\n", prefix=prefix, language="python")
+    assert cleaned == "            self.n += x\n        return self.n\n\n    def g(self):\n        pass"
