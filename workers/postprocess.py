@@ -3,11 +3,32 @@
 Small code models drift: they re-type the code that already follows the cursor, open a
 markdown fence, or start explaining themselves in prose. Each rule below cuts the
 completion at the first sign of one of these.
+
+The completion is inserted at the cursor as returned, so its shape must fit where it lands:
+
+- a mid-line cursor (code before and after it on its line) gets one line, and never closes a bracket
+  that the rest of the line already closes;
+- a cursor that opens a block or sits on a line of its own completes the block: the completion stops
+  where its indentation leaves the block (Python) or where it would close the block the file already
+  closes (braces), it never ends on a header whose body is missing, and a completion cut at the token
+  limit goes back to its last finished statement;
+- before code on the same line (a cursor at column 0 of a line that holds code), its final newline is kept.
 """
 
 from __future__ import annotations
 
 import re
+
+from workers.code_lines import (
+    BRACE_LANGUAGES,
+    PYTHON_LIKE,
+    Line,
+    finished,
+    first_code_indent,
+    opens_block,
+    outer_body_indent,
+    read_lines,
+)
 
 _PROSE = re.compile(
     r"^\s*(Explanation|Note|Output|Example usage|This (code|function|method|will|is)|Here (is|'s)|In this)\b",
@@ -15,13 +36,19 @@ _PROSE = re.compile(
 )
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>")
 _FENCE = "```"
+_CLOSING = (")", "]", "}")
 # A suffix line shorter than this is too common ("}", "return") to prove a repeat.
 _MIN_REPEAT_CHARS = 6
 _SUFFIX_LINES_CHECKED = 3
+# What an engine reports for a completion that stopped at max_tokens (the wire's finish_reason).
+LENGTH = "length"
 
 
-def _suffix_anchor_lines(suffix: str) -> list[str]:
-    lines = suffix.split("\n")[1:]  # [0] is the rest of the cursor line
+def _suffix_anchor_lines(suffix: str, cursor_at_line_start: bool) -> list[str]:
+    lines = suffix.split("\n")
+    # [0] is the rest of the cursor line: a whole line of code only when nothing but indentation precedes it
+    if not cursor_at_line_start:
+        lines = lines[1:]
     out = []
     for line in lines:
         stripped = line.strip()
@@ -32,7 +59,11 @@ def _suffix_anchor_lines(suffix: str) -> list[str]:
     return out
 
 
-def clean_completion(completion: str, suffix: str) -> str:
+def clean_completion(completion: str, suffix: str, *, prefix: str = "", language: str | None = None,
+                     finish_reason: str | None = None) -> str:
+    """``completion`` as the engine gave it, to what the editor inserts at the cursor. ``prefix``/``suffix``: the
+    text before and after the cursor (only the cursor's line and a few lines after are looked at);
+    ``finish_reason``: the engine's, ``length`` when it stopped at max_tokens."""
     text = completion
     special = _SPECIAL.search(text)
     if special:
@@ -41,20 +72,122 @@ def clean_completion(completion: str, suffix: str) -> str:
     if fence != -1:
         text = text[:fence]
 
+    line_before = prefix.rsplit("\n", 1)[-1]
+    rest_of_line = suffix.split("\n", 1)[0]
+    at_line_start = not line_before.strip()
     lines = text.split("\n")
-    anchors = set(_suffix_anchor_lines(suffix))
+    anchors = set(_suffix_anchor_lines(suffix, at_line_start))
     kept: list[str] = []
     for index, line in enumerate(lines):
-        if index > 0 and line.strip() in anchors:
-            break  # the model is re-typing what already follows the cursor
-        if index > 0 and _PROSE.match(line):
+        if index > 0 and (line.strip() in anchors  # the model is re-typing what already follows the cursor
+                          or _PROSE.match(line)):
+            kept.append("")  # cut at a line's start: the lines kept end with their newline
             break
         kept.append(line)
+    # The engine's limit cut the last line only if no rule above cut the text shorter.
+    cut_at_limit = finish_reason == LENGTH and "\n".join(kept) == completion
     text = "\n".join(kept)
 
-    # The rest of the cursor line is already there: do not repeat it at the end.
-    rest_of_line = suffix.split("\n", 1)[0]
-    if rest_of_line.strip() and "\n" not in text and text.endswith(rest_of_line):
+    if not at_line_start and rest_of_line.strip():
+        text = _hold_to_line(text, rest_of_line, language)
+    elif "\n" in text or cut_at_limit:
+        text = _complete_block(text, prefix, suffix, language, cut_at_limit)
+
+    # The rest of the cursor line is already there: do not repeat it at the end. (After a mid-line cursor whose
+    # line goes on with a closing bracket, _hold_to_line has settled the brackets: a closer is the completion's.)
+    closers_settled = not at_line_start and rest_of_line.lstrip()[:1] in _CLOSING
+    if rest_of_line.strip() and "\n" not in text and text.endswith(rest_of_line) and not closers_settled:
         text = text[: len(text) - len(rest_of_line)]
+    if "\n" not in text:
+        return text
+    if rest_of_line.strip():
+        # Code follows on the cursor's line: the completion's final newline is what keeps its last line off
+        # that code. A last line of indentation only is dropped when the code brings its own.
+        tail = text.rsplit("\n", 1)[1]
+        if not tail.strip() and rest_of_line[:1].isspace():
+            text = text[: len(text) - len(tail)]
+        return text
     # Trailing blank lines are noise in a ghost-text suggestion.
-    return text.rstrip() if "\n" in text else text
+    return text.rstrip()
+
+
+def _hold_to_line(text: str, rest_of_line: str, language: str | None) -> str:
+    """A mid-line cursor: the completion ends with its line, as editors' clients end it. On the span benchmark
+    all 47 tasks with code on both sides of the cursor have a one-line answer; the model, left to go on,
+    wrote past the line end into new statements (HumanEval/103). When the rest of the line starts by closing
+    a bracket, the completion stops before it closes one it did not open: the rest of the line closes it."""
+    text = text.split("\n", 1)[0]
+    if rest_of_line.lstrip()[:1] in _CLOSING:
+        line = read_lines(text, language)[0]
+        if line.min_depth < 0:
+            text = _before_first_unmatched_closer(text, language)
+    return text
+
+
+def _before_first_unmatched_closer(text: str, language: str | None) -> str:
+    # read_lines already knows strings and comments. A longer head of the line reaches at least as low, so the
+    # shortest head that dips below 0 is found by bisection: O(n log n) on one line.
+    low, high = 1, len(text)  # text[:high] dips below 0
+    while low < high:
+        mid = (low + high) // 2
+        if read_lines(text[:mid], language)[0].min_depth < 0:
+            high = mid
+        else:
+            low = mid + 1
+    return text[: high - 1].rstrip()
+
+
+def _complete_block(text: str, prefix: str, suffix: str, language: str | None, cut_at_limit: bool) -> str:
+    """A completion from a line start or the end of a line: the block it writes, finished."""
+    line_before = prefix.rsplit("\n", 1)[-1]
+    lines = read_lines(text, language)
+    # The first line continues the cursor's line: its indentation is the line's own.
+    first_indent = len(line_before) - len(line_before.lstrip()) if line_before.strip() else \
+        len(line_before) + lines[0].indent
+    rest_of_line = suffix.split("\n", 1)[0]
+    if rest_of_line.strip():  # a cursor before code on its line: that code is what follows
+        after_indent: int | None = len(line_before) + len(rest_of_line) - len(rest_of_line.lstrip())
+    else:
+        after_indent = first_code_indent(suffix.split("\n", 1)[1] if "\n" in suffix else "")
+    end = _block_end(lines, first_indent, after_indent, outer_body_indent(prefix), suffix, language)
+    limit_cut = cut_at_limit and end == len(lines)
+    lines = lines[:end]
+    if limit_cut and (len(lines) > 1 or not finished(lines)):
+        # the limit cut its last line mid-way (or it is empty): not a statement. A single line is kept when it
+        # reads as finished: it is all there is, and it finishes the line being typed.
+        lines = lines[:-1]
+    # Back to the last line where a statement ends and no header waits for its body. The first line is never
+    # dropped for being a header: it finishes the line being typed (``def f(a, b`` + ``):``).
+    while lines:
+        last = max((i for i, line in enumerate(lines) if line.code), default=None)
+        if last is not None and last > 0 and opens_block(lines[last], language) and not (
+                after_indent is not None and after_indent > lines[last].indent):
+            lines = lines[:last]  # the body would be the code after the cursor only if it were indented deeper
+            continue
+        if limit_cut and not finished(lines):
+            lines = lines[:-1]
+            continue
+        break
+    return "\n".join(line.text for line in lines)
+
+
+def _block_end(lines: list[Line], first_indent: int, after_indent: int | None, outer_indent: int | None,
+               suffix: str, language: str | None) -> int:
+    """How many lines belong to the block at the cursor. Python: the lines until one dedents out of the top-level
+    definition the cursor is in (below its body, below the block's first line and below the code after the
+    cursor): the model has left it and writes new top-level code (``print(…)``, the next ``def``). A hole may
+    span a dedent inside the definition (HumanEval/95/L1_L7 goes from an ``if`` body back to the function's),
+    so only leaving the definition counts. Braces: the lines until one closes the block around the cursor when
+    the file closes it already."""
+    if language in PYTHON_LIKE:
+        if after_indent is None:
+            return len(lines)  # the end of the file: code at any level may follow
+        floor = min(first_indent, after_indent, first_indent if outer_indent is None else outer_indent)
+        for index, line in enumerate(lines[1:], start=1):
+            if line.is_code and line.indent < floor:
+                return index
+    elif language in BRACE_LANGUAGES and suffix.lstrip().startswith("}"):
+        for index, line in enumerate(lines):
+            if line.min_depth < 0:
+                return index
+    return len(lines)

@@ -31,3 +31,146 @@ def test_drops_rest_of_line_repeat() -> None:
 def test_short_suffix_lines_are_not_anchors() -> None:
     # "}" is too common to prove a repeat
     assert clean_completion("x++;\n}", "\n}\n") == "x++;\n}"
+
+
+# Rule 1: a cursor at the start of a line that holds code (HumanEval/55, random span). The completion is
+# inserted as returned: without its final newline its last line would be joined to that code.
+def test_keeps_final_newline_before_code_on_the_cursor_line() -> None:
+    completion = "    if n == 0:\n        return 0\n    if n == 1:\n        return 1\n"
+    suffix = "    return fib(n - 1) + fib(n - 2)\n"
+    cleaned = clean_completion(completion, suffix, prefix='def fib(n):\n', language="python")
+    assert cleaned == completion
+    compile("def fib(n):\n" + cleaned + suffix, "<fib>", "exec")
+
+
+def test_drops_only_the_indentation_when_the_code_brings_its_own() -> None:
+    cleaned = clean_completion("    n = abs(n)\n    ", "    return n\n", prefix="def f(n):\n", language="python")
+    assert cleaned == "    n = abs(n)\n"
+
+
+def test_line_start_anchor_cut_keeps_the_newline() -> None:
+    # the rest of the cursor line is a whole line of code: re-typing it is a repeat too
+    completion = "    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)"
+    suffix = "    return fib(n - 1) + fib(n - 2)\n"
+    cleaned = clean_completion(completion, suffix, prefix="def fib(n):\n", language="python")
+    assert cleaned == "    if n < 2:\n        return n\n"
+
+
+def test_empty_line_completion_still_loses_trailing_blank_lines() -> None:
+    cleaned = clean_completion("    x = 1\n    return x\n\n", "\n\ndef g():\n", prefix="def f():\n",
+                               language="python")
+    assert cleaned == "    x = 1\n    return x"
+
+
+# Rule 2: a mid-line cursor gets its line only (HumanEval/103: `return bin(` with `)` after).
+def test_mid_line_cursor_is_held_to_its_line() -> None:
+    cleaned = clean_completion("bc, d)\nprint(f(1))\nprint(f(2))", ")\n", prefix="    return f(a", language="python")
+    assert cleaned == "bc, d"
+
+
+def test_mid_line_completion_does_not_close_what_the_line_closes() -> None:
+    completion = "round(summation / (m - n + 1)))[2:]\nprint(rounded_avg(1, 5))"
+    cleaned = clean_completion(completion, ")\n", prefix="    return bin(", language="python")
+    assert cleaned == "round(summation / (m - n + 1))"
+
+
+def test_mid_line_brackets_in_strings_do_not_count() -> None:
+    cleaned = clean_completion('s.split(")") + x', ")\n", prefix="    return len(", language="python")
+    assert cleaned == 's.split(")") + x'
+
+
+def test_end_of_line_cursor_may_open_a_block() -> None:
+    # nothing after the cursor on its line: the completion finishes the header and writes the body
+    completion = "):\n    return a + b\n"
+    assert clean_completion(completion, "\n", prefix="def add(a, b", language="python") == "):\n    return a + b"
+
+
+# Rule 3: a completion the token limit cut goes back to its last finished statement.
+def test_limit_cut_goes_back_to_the_last_statement() -> None:
+    completion = "        for x in xs:\n            total += x\n        result = [a for a in xs if a >"
+    cleaned = clean_completion(completion, "\n    return result\n", prefix="def f(xs):\n    total = 0\n",
+                               language="python", finish_reason="length")
+    assert cleaned == "        for x in xs:\n            total += x"
+
+
+def test_limit_cut_in_an_open_bracket_shows_nothing_of_it() -> None:
+    completion = "    x = 1\n    values = [\n        1,\n        2,\n"
+    cleaned = clean_completion(completion, "\n    return values\n", prefix="def f():\n", language="python",
+                               finish_reason="length")
+    assert cleaned == "    x = 1"
+
+
+def test_limit_cut_drops_a_header_left_without_body() -> None:
+    completion = "    if a:\n        b()\n    elif c:\n        d"
+    cleaned = clean_completion(completion, "\n    return 0\n", prefix="def f(a, c):\n", language="python",
+                               finish_reason="length")
+    assert cleaned == "    if a:\n        b()"
+
+
+def test_limit_cut_in_braces() -> None:
+    completion = "    y();\n    if (x) {\n        z();\n        w(1,"
+    cleaned = clean_completion(completion, "\n    return 0;\n}\n", prefix="int f(int x) {\n", language="c",
+                               finish_reason="length")
+    assert cleaned == "    y();"
+
+
+def test_same_text_that_stopped_by_itself_is_kept() -> None:
+    completion = "        for x in xs:\n            total += x\n        result = total"
+    cleaned = clean_completion(completion, "\n    return result\n", prefix="def f(xs):\n", language="python",
+                               finish_reason="stop")
+    assert cleaned == completion
+
+
+# Rule 4: never end on a header whose body is missing (HumanEval/105/L9_L13).
+def test_drops_a_trailing_header_without_body() -> None:
+    completion = "    x = 1\n    if x > 2:\n"
+    cleaned = clean_completion(completion, "\n    return x\n", prefix="def f():\n", language="python")
+    assert cleaned == "    x = 1"
+
+
+def test_keeps_a_header_whose_body_follows_the_cursor() -> None:
+    # the single-line benchmark's hole may be exactly a header: its body is the code after the cursor
+    cleaned = clean_completion("    for i in range(n):", "\n        total += i\n", prefix="def f(n):\n",
+                               language="python")
+    assert cleaned == "    for i in range(n):"
+
+
+def test_drops_a_trailing_brace_header() -> None:
+    cleaned = clean_completion("    foo();\n    while (x) {", "\n    return 0;\n}\n", prefix="int f(int x) {\n",
+                               language="c")
+    assert cleaned == "    foo();"
+
+
+# The block at the cursor: the completion stops where it leaves it.
+def test_python_stops_where_the_indentation_leaves_the_block() -> None:
+    completion = "        total += x\n    return total\n\nprint(f([1, 2]))\nprint(f([]))"
+    cleaned = clean_completion(completion, "\n    return total * 2\n", prefix="def f(xs):\n    for x in xs:\n",
+                               language="python")
+    assert cleaned == "        total += x\n    return total"
+
+
+def test_braces_stop_before_closing_the_block_the_file_closes() -> None:
+    cleaned = clean_completion("    x++;\n}\n\nint main(void) {", "\n}\n", prefix="void f(void) {\n", language="c")
+    assert cleaned == "    x++;"
+
+
+def test_limit_cut_single_line_is_kept_when_finished_and_dropped_when_not() -> None:
+    assert clean_completion("total = a + b", "\n", prefix="    ", language="python", finish_reason="length") == \
+        "total = a + b"
+    assert clean_completion("total = max(a,", "\n", prefix="    ", language="python", finish_reason="length") == ""
+
+
+def test_python_completion_may_dedent_within_its_definition() -> None:
+    # HumanEval/95/L1_L7: the hole starts in an `if` body and goes on at the function's level
+    prefix = "def check(d):\n    if not d:\n"
+    completion = "        return False\n    state = 'start'\n    for key in d:\n        state = key"
+    cleaned = clean_completion(completion, "\n        if state == 'x':\n            break\n    return True\n",
+                               prefix=prefix, language="python")
+    assert cleaned == completion
+
+
+def test_python_stops_at_top_level_code_after_a_method() -> None:
+    prefix = "class A:\n    def f(self, xs):\n        for x in xs:\n"
+    completion = "            self.n += x\n        return self.n\n\n    def g(self):\n        pass\n\na = A()"
+    cleaned = clean_completion(completion, "\n        return 0\n", prefix=prefix, language="python")
+    assert cleaned == "            self.n += x\n        return self.n\n\n    def g(self):\n        pass"

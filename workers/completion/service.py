@@ -266,7 +266,9 @@ class CompletionService:
         first = result.first_token_ms or result.total_ms
         return CompletionResponse(
             id=request_id,
-            completion=clean_completion(result.text, prepared.suffix),
+            # the finish reason tells the post-processing that the token limit, not the model, ended the text
+            completion=clean_completion(result.text, prepared.suffix, prefix=prepared.prefix,
+                                        language=prepared.language, finish_reason=result.finish_reason),
             finish_reason=result.finish_reason or "stop",
             model=self.model_name,
             mode=request.mode,
