@@ -152,9 +152,10 @@ def _complete_block(text: str, prefix: str, suffix: str, language: str | None, c
     end = _block_end(lines, first_indent, after_indent, outer_body_indent(prefix), suffix, language)
     limit_cut = cut_at_limit and end == len(lines)
     lines = lines[:end]
-    if limit_cut and (len(lines) > 1 or not finished(lines)):
-        # the limit cut its last line mid-way (or it is empty): not a statement. A single line is kept when it
-        # reads as finished: it is all there is, and it finishes the line being typed.
+    if limit_cut and len(lines) > 1:
+        # the limit cut its last line mid-way: not a statement. The first line is always kept: it goes on with
+        # the line being typed, and a line cut short is still a suggestion (editors show it, accepted a word at a
+        # time), where nothing at all is none.
         lines = lines[:-1]
     # Back to the last line where a statement ends and no header waits for its body. The first line is never
     # dropped for being a header: it finishes the line being typed (``def f(a, b`` + ``):``).
@@ -164,7 +165,7 @@ def _complete_block(text: str, prefix: str, suffix: str, language: str | None, c
                 after_indent is not None and after_indent > lines[last].indent):
             lines = lines[:last]  # the body would be the code after the cursor only if it were indented deeper
             continue
-        if limit_cut and not finished(lines):
+        if limit_cut and len(lines) > 1 and not finished(lines):
             lines = lines[:-1]
             continue
         break

@@ -154,10 +154,16 @@ def test_braces_stop_before_closing_the_block_the_file_closes() -> None:
     assert cleaned == "    x++;"
 
 
-def test_limit_cut_single_line_is_kept_when_finished_and_dropped_when_not() -> None:
+def test_limit_cut_keeps_the_first_line_and_cuts_a_block_back_to_its_last_statement() -> None:
     assert clean_completion("total = a + b", "\n", prefix="    ", language="python", finish_reason="length") == \
         "total = a + b"
-    assert clean_completion("total = max(a,", "\n", prefix="    ", language="python", finish_reason="length") == ""
+    # a line cut short is still a suggestion: editors show it and the user takes what is right of it
+    assert clean_completion("total = max(a,", "\n", prefix="    ", language="python", finish_reason="length") == \
+        "total = max(a,"
+    assert clean_completion("total = max(a,\n        b", "\n", prefix="    ", language="python",
+                            finish_reason="length") == "total = max(a,"
+    assert clean_completion("x = 1\n    y = f(x,\n        2", "\n", prefix="    ", language="python",
+                            finish_reason="length") == "x = 1"
 
 
 def test_python_completion_may_dedent_within_its_definition() -> None:
