@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ctxpress_core.database import database_url, stored_password
@@ -68,7 +68,7 @@ class Settings(BaseSettings):
     # The CPU engine served by the embedded Triton
     model_path: Path | None = None
     draft_model_path: Path | None = None
-    model_name: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+    model_name: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"  # with model_path set: its file name, unless given
     n_ctx: int = 4096  # per sequence: the longest prompt + completion of one file
     n_threads: int = 0  # 0: adaptive (serving.engine.host_load); N: always N
     # KV cache element type: "f16", "q8_0" (INT8) or "q4_0" (INT4, measured and not recommended).
@@ -154,6 +154,14 @@ class Settings(BaseSettings):
     # event loop) and is killed. Long enough that a worker busy on two loaded cores still gets through.
     supervisor_hang_s: float = 20.0
     supervisor_hang_checks: int = 5
+
+    @model_validator(mode="after")
+    def _model_named_after_its_file(self) -> Settings:
+        """Replies and the engine's cache keys name the model that runs: the packaged one's name would be wrong
+        for another file given in ``model_path``."""
+        if self.model_path is not None and "model_name" not in self.model_fields_set:
+            self.model_name = self.model_path.stem
+        return self
 
     @cached_property
     def state_dir(self) -> Path:

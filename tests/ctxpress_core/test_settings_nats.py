@@ -24,3 +24,10 @@ def test_the_index_stream_and_its_consumer_are_replicated_as_asked() -> None:
     assert stream_config(settings).num_replicas == 3 and consumer_config(settings).num_replicas == 3
     with pytest.raises(ValidationError):
         Settings(index_stream_replicas=0)
+
+
+def test_a_model_given_by_its_file_is_named_after_it_unless_named() -> None:
+    assert Settings().model_name == "qwen2.5-coder-1.5b-instruct-q4_k_m"
+    assert Settings(model_path="/m/qwen2.5-coder-1.5b-instruct-q4_0.gguf").model_name == \
+        "qwen2.5-coder-1.5b-instruct-q4_0"
+    assert Settings(model_path="/m/other.gguf", model_name="mine").model_name == "mine"
