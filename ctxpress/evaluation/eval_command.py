@@ -30,6 +30,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     args.mode = args.mode or "both"
     args.max_tokens = args.max_tokens or 24
     from ctxpress.evaluation.cases import read_cases
+    from ctxpress.evaluation.paired import paired_interval
     from ctxpress.evaluation.runner import EvalConfig, ratios, report_lines, run_eval, summarise
 
     try:
@@ -52,6 +53,14 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         summary["features"] = features
     for line in report_lines(summary):
         print(line)
+    if args.mode == "both":
+        summary["interval"] = {}
+        for key in ("exact_match", "edit_similarity"):
+            interval = paired_interval(rows["baseline"], rows["optimized"], key)
+            if interval is not None:
+                summary["interval"][key] = vars(interval)
+                print(f"optimized - baseline, {key}: {interval.points:+.1f} points, 95 % interval "
+                      f"{interval.low:+.1f} to {interval.high:+.1f} (paired bootstrap over {interval.cases} cases)")
     status = 0
     if args.gate is not None:
         if args.mode != "both":
