@@ -33,6 +33,14 @@ LINE_COMMENT: dict[str, str] = {
     "cpp": "//",
 }
 
+# How a language delimits its blocks: by indentation, or by braces (post-processing ends a completion where its
+# block ends). A language in neither has no block rules there; its brackets and strings still count.
+INDENTED_BLOCKS: frozenset[str] = frozenset({"python"})
+BRACED_BLOCKS: frozenset[str] = frozenset(
+    {"javascript", "typescript", "tsx", "go", "java", "rust", "c", "cpp", "csharp", "kotlin", "swift", "scala",
+     "php"}
+)
+
 
 # A header is shared by C and C++; the C grammar turns these into error nodes.
 _CPP_HEADER_MARKERS: tuple[str, ...] = ("class ", "namespace ", "template<", "template <", "public:")

@@ -13,13 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ctxpress_core.languages import INDENTED_BLOCKS
+
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
 _CLOSERS = frozenset(")]}")
-PYTHON_LIKE: frozenset[str] = frozenset({"python"})
-BRACE_LANGUAGES: frozenset[str] = frozenset(
-    {"javascript", "typescript", "tsx", "go", "java", "rust", "c", "cpp", "csharp", "kotlin", "swift", "scala",
-     "php"}
-)
 # A code line that ends with one of these continues on the next line: the statement is not finished. A lone
 # ``+``/``-`` counts, ``x++``/``x--`` do not.
 _CONTINUES = re.compile(r"(\\|[=*/%&|^<>,.]|(?<![+\-])[+\-]|\b(and|or|not|in|is|lambda))$")
@@ -47,7 +44,7 @@ class Line:
 
 
 def read_lines(text: str, language: str | None) -> list[Line]:
-    python = language in PYTHON_LIKE
+    python = language in INDENTED_BLOCKS
     rust = language == "rust"  # 'a is a lifetime there, not a character literal
     out: list[Line] = []
     depth = 0
@@ -102,7 +99,7 @@ def opens_block(line: Line, language: str | None) -> bool:
     """A header whose body would come on the next lines: ``…:`` in Python, ``… {`` in the C-like languages."""
     if line.in_string_after:
         return False
-    if language in PYTHON_LIKE:
+    if language in INDENTED_BLOCKS:
         return line.depth_after <= line.depth_before and line.code.endswith(":")
     return line.code.endswith("{")
 

@@ -129,35 +129,37 @@ class Gateway:
         first = route_head(head, self.shards) if shard is None else shard
         deadline = time.monotonic() + NO_WORKER_GRACE_S
         while True:
-            payload, shard, anyone = await self._relay_once(data, subject_of, head, first)
+            payload, shard = await self._relay_once(data, subject_of, head, first)
             if payload is not None:
                 return payload, shard
-            if anyone or time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 return error_payload(ErrorCode.INFERENCE_UNAVAILABLE, f"shard {shard} did not answer"), shard
             await asyncio.sleep(NO_WORKER_PAUSE_S)
 
     async def _relay_once(self, data: bytes, subject_of: Callable[[int], str], head: Head,
-                          shard: int) -> tuple[bytes | None, int, bool]:
-        """The reply (None if none came), the shard that gave it, and whether any shard had a worker."""
+                          shard: int) -> tuple[bytes | None, int]:
+        """The reply of ``shard``, or of the next shard when it is down, and the shard that gave it; None when
+        neither has a worker."""
         payload: bytes | None = None
-        anyone = False
         for attempt in range(2):
             try:
                 reply = await self.nc.request(subject_of(shard), data, timeout=self.settings.triton_timeout_s + 10)
-                payload, anyone = reply.data, True
+                payload = reply.data
                 if not engine_unavailable(payload):
-                    return payload, shard, True
+                    return payload, shard
                 why = "cannot reach its engine"
             except NoRespondersError:
                 why = "has no worker"
             except TimeoutError:
-                return payload, shard, True  # a slow shard is not a dead one: retrying would only double the work
+                # a slow shard is not a dead one: retrying would only double the work
+                return payload or error_payload(ErrorCode.INFERENCE_UNAVAILABLE, f"shard {shard} did not answer"), \
+                    shard
             retry = route_head(head, self.shards, frozenset({shard}))
             if attempt == 1 or retry == shard:
                 break
             log.warning("shard %d %s: retrying on shard %d", shard, why, retry)
             shard = retry
-        return payload, shard, anyone
+        return payload, shard
 
     async def single_user(self, msg: Msg, base: str) -> bytes:
         payload, _ = await self.relay(msg.data, lambda shard: f"{base}.{shard}", read_head(msg.data))

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import re
 
+from ctxpress_core.languages import BRACED_BLOCKS, INDENTED_BLOCKS
 from workers.code_lines import (
-    BRACE_LANGUAGES,
-    PYTHON_LIKE,
     Line,
     finished,
     first_code_indent,
@@ -180,14 +179,14 @@ def _block_end(lines: list[Line], first_indent: int, after_indent: int | None, o
     span a dedent inside the definition (HumanEval/95/L1_L7 goes from an ``if`` body back to the function's),
     so only leaving the definition counts. Braces: the lines until one closes the block around the cursor when
     the file closes it already."""
-    if language in PYTHON_LIKE:
+    if language in INDENTED_BLOCKS:
         if after_indent is None:
             return len(lines)  # the end of the file: code at any level may follow
         floor = min(first_indent, after_indent, first_indent if outer_indent is None else outer_indent)
         for index, line in enumerate(lines[1:], start=1):
             if line.is_code and line.indent < floor:
                 return index
-    elif language in BRACE_LANGUAGES and suffix.lstrip().startswith("}"):
+    elif language in BRACED_BLOCKS and suffix.lstrip().startswith("}"):
         for index, line in enumerate(lines):
             if line.min_depth < 0:
                 return index

@@ -14,7 +14,7 @@ from typing import Any
 from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.bench_report import Sample
 from ctxpress.evaluation.progress import Progress
-from ctxpress.evaluation.typing_replay import typed_body
+from ctxpress.evaluation.typing_replay import cursor_of, typed_body
 
 # Labels of the samples: a request at a pause in the typing, and the request right after an accept.
 TYPED = "typed"
@@ -23,11 +23,6 @@ AFTER_ACCEPT = "after_accept"
 MAX_CHAIN = 8
 
 Send = Callable[[str, int, int], Awaitable[tuple[float, dict[str, Any]]]]
-
-
-def cursor_of(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset)
-    return line, offset - (text.rfind("\n", 0, offset) + 1)
 
 
 async def replay_accepting(path: Path, cfg: BenchConfig, send: Send, progress: Progress,

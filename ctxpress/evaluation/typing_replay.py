@@ -80,6 +80,11 @@ def typed_body(path: Path, cfg: BenchConfig) -> tuple[str, int, int, list[int]]:
     return text, start, end, pauses[::step][: cfg.typing_pauses]
 
 
+def cursor_of(text: str, offset: int) -> tuple[int, int]:
+    """The 0-based line and column of character ``offset`` of ``text``."""
+    return text.count("\n", 0, offset), offset - (text.rfind("\n", 0, offset) + 1)
+
+
 def typing_plan(path: Path, cfg: BenchConfig) -> tuple[str, int, list[TypingStep]]:
     """A function body of ``path`` removed and typed back: the text the IDE opens (body removed),
     the line the typist starts on, and the pauses at which a completion is asked for."""
@@ -88,8 +93,7 @@ def typing_plan(path: Path, cfg: BenchConfig) -> tuple[str, int, list[TypingStep
     steps = []
     for offset in pauses:
         current = text[:start] + body[:offset] + text[end:]
-        line = current.count("\n", 0, start + offset)
-        column = start + offset - (current.rfind("\n", 0, start + offset) + 1)
+        line, column = cursor_of(current, start + offset)
         steps.append(TypingStep(current, line, column, body[offset:].split("\n", 1)[0], offset))
     opened = text[:start] + text[end:]
     return opened, opened.count("\n", 0, start), steps

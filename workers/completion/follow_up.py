@@ -96,11 +96,6 @@ class FollowUps:
             _, (_, oldest) = self._held.popitem(last=False)
             oldest.cancel()
 
-    def cancel_all(self) -> None:
-        for _, task in self._held.values():
-            task.cancel()
-        self._held.clear()
-
 
 def _retrieve_exception(task: asyncio.Task[CompletionResponse]) -> None:
     """A follow-up that failed (superseded, the engine busy or down) is simply not there: nobody waits for it."""
