@@ -70,4 +70,6 @@ register("stable_head", "the file's imports and outline first, the same for ever
          "to another function reuses its KV (context/sources/file_head.py)", default=False)
 register("follow_up", "when a suggestion is answered, the one after it (as if it were accepted) is computed "
          "while nothing else waits on the engine, and answers the request an editor sends after a Tab", default=False)
+register("early_stop", "the engine stops once the text the editor gets can no longer change (a mid-line cursor's "
+         "line ended, the code after the cursor re-typed, the block left); off: it runs to max_tokens")
 register("prewarm", "on file_opened, process the stable part of the file's prompt in the background")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -69,23 +69,36 @@ _cancels: set[asyncio.Task[bool]] = set()  # cancels on their way (kept referenc
 async def complete(engine: CompletionEngine, prompt: str, *, max_tokens: int, timeout_s: float = 30.0,
                    temperature: float = 0.0, stop_words: Sequence[str] = (), cache_key: str | None = None,
                    speculation: str | None = None, request_id: str | None = None,
-                   template_markers: Sequence[int] | None = None) -> CompletionResult:
+                   template_markers: Sequence[int] | None = None,
+                   settled: Callable[[str], bool] | None = None) -> CompletionResult:
     """The whole completion of ``prompt`` within ``timeout_s`` (the engine is told the deadline too). A
-    call that times out or is cancelled tells the engine, without waiting, that nobody reads the answer."""
+    call that times out or is cancelled tells the engine, without waiting, that nobody reads the answer.
+    ``settled``: told the text so far at each piece that ends a line (or may open a fence); once it says
+    nothing further can change what the caller keeps, the engine is told to stop and the text so far is the
+    result (finish reason ``stop``)."""
     request = EngineRequest(prompt, max_tokens, temperature, stop_words, cache_key, speculation, request_id,
                             int(timeout_s * 1000), template_markers)
     started = time.perf_counter()
     result = CompletionResult(text="")
     pieces: list[str] = []
+    stream = engine.stream(request)
     try:
         async with asyncio.timeout(timeout_s):
-            async for piece in engine.stream(request):
+            async for piece in stream:
                 if piece.text and not pieces:
                     result.first_token_ms = (time.perf_counter() - started) * 1000
                 if piece.text:
                     pieces.append(piece.text)
                 result.figures.update(piece.figures)
                 result.finish_reason = piece.finish or result.finish_reason
+                if (settled is not None and piece.finish is None and ("\n" in piece.text or "`" in piece.text)
+                        and settled("".join(pieces))):
+                    result.finish_reason = "stop"
+                    _cancel_later(engine, request_id)
+                    aclose = getattr(stream, "aclose", None)
+                    if aclose is not None:  # the engine's stream is closed now, not when collected
+                        await aclose()
+                    break
     except TimeoutError as exc:
         _cancel_later(engine, request_id)
         raise InferenceTimeout(f"no answer from {engine} within {timeout_s:.1f}s") from exc

@@ -136,10 +136,32 @@ def _before_first_unmatched_closer(text: str, language: str | None) -> str:
     return text[: high - 1].rstrip()
 
 
-def _complete_block(text: str, prefix: str, suffix: str, language: str | None, cut_at_limit: bool) -> str:
-    """A completion from a line start or the end of a line: the block it writes, finished."""
+def completion_settled(text: str, suffix: str, *, prefix: str = "", language: str | None = None) -> bool:
+    """True when no more of the engine's text can change what ``clean_completion`` makes of ``text``, so the
+    engine may stop: a rule has already cut it (a special token, a fence, the line a mid-line cursor is held
+    to, a line re-typing the code after the cursor, prose, the line leaving the block). Only whole lines are
+    judged: the last line, unfinished, may still grow into something else."""
+    if _SPECIAL.search(text) or _FENCE in text:
+        return True
+    if "\n" not in text:
+        return False
     line_before = prefix.rsplit("\n", 1)[-1]
-    lines = read_lines(text, language)
+    at_line_start = not line_before.strip()
+    if not at_line_start and suffix.split("\n", 1)[0].strip():
+        return True  # held to its first line, which is whole
+    whole = text[: text.rfind("\n")]
+    lines = whole.split("\n")
+    anchors = set(_suffix_anchor_lines(suffix, at_line_start))
+    if any(line.strip() in anchors or _PROSE.match(line) for line in lines[1:]):
+        return True
+    end, _after_indent = _block_extent(read_lines(whole, language), prefix, suffix, language)
+    return end < len(lines)
+
+
+def _block_extent(lines: list[Line], prefix: str, suffix: str, language: str | None) -> tuple[int, int | None]:
+    """How many of the completion's ``lines`` belong to the block at the cursor, and the indentation of the
+    code after the cursor (None: none follows)."""
+    line_before = prefix.rsplit("\n", 1)[-1]
     # The first line continues the cursor's line: its indentation is the line's own.
     first_indent = len(line_before) - len(line_before.lstrip()) if line_before.strip() else \
         len(line_before) + lines[0].indent
@@ -148,7 +170,13 @@ def _complete_block(text: str, prefix: str, suffix: str, language: str | None, c
         after_indent: int | None = len(line_before) + len(rest_of_line) - len(rest_of_line.lstrip())
     else:
         after_indent = first_code_indent(suffix.split("\n", 1)[1] if "\n" in suffix else "")
-    end = _block_end(lines, first_indent, after_indent, outer_body_indent(prefix), suffix, language)
+    return _block_end(lines, first_indent, after_indent, outer_body_indent(prefix), suffix, language), after_indent
+
+
+def _complete_block(text: str, prefix: str, suffix: str, language: str | None, cut_at_limit: bool) -> str:
+    """A completion from a line start or the end of a line: the block it writes, finished."""
+    lines = read_lines(text, language)
+    end, after_indent = _block_extent(lines, prefix, suffix, language)
     limit_cut = cut_at_limit and end == len(lines)
     lines = lines[:end]
     if limit_cut and len(lines) > 1:

@@ -1,4 +1,7 @@
-from workers.postprocess import clean_completion
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workers.postprocess import clean_completion, completion_settled
 
 
 def test_plain_completion_unchanged() -> None:
@@ -180,3 +183,45 @@ def test_python_stops_at_top_level_code_after_a_method() -> None:
     completion = "            self.n += x\n        return self.n\n\n    def g(self):\n        pass\n\na = A()"
     cleaned = clean_completion(completion, "\n        return 0\n", prefix=prefix, language="python")
     assert cleaned == "            self.n += x\n        return self.n\n\n    def g(self):\n        pass"
+
+
+# --- stopping the engine early (completion_settled) ---
+
+_PREFIXES = ["def f(a, b):\n    return ", "class A:\n    def m(self):\n        ", "x = [\n    ", "def g(x):\n    if x",
+             "", "int f() {\n    ", "def h():\n    y = compute("]
+_SUFFIXES = ["\n\n\ndef sub(a, b):\n    return a - b\n", "\n        return self.value\n", ")\n    return y\n",
+             "\n}\n", "", "\n", "]\nprint(x)\n"]
+_LINES = ["a + b", "    return a - b", "def sub(a, b):", "x = 1", "    y = 2", "        z = (", "    )", "print(x)",
+          "}", "  # note", "Explanation: this adds", "```python", "<|endoftext|>", "    return self.value", "if x:",
+          "", "    ", "]", "return y"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_PREFIXES), st.sampled_from(_SUFFIXES), st.sampled_from(["python", "c", None]),
+       st.lists(st.sampled_from(_LINES), min_size=1, max_size=8), st.sampled_from(["stop", "length"]))
+def test_stopping_where_settled_changes_nothing_the_editor_gets(prefix: str, suffix: str, language: str | None,
+                                                               lines: list[str], finish: str) -> None:
+    full = "\n".join(lines)
+    expected = clean_completion(full, suffix, prefix=prefix, language=language, finish_reason=finish)
+    for cut in range(len(full) + 1):
+        if completion_settled(full[:cut], suffix, prefix=prefix, language=language):
+            assert clean_completion(full[:cut], suffix, prefix=prefix, language=language,
+                                    finish_reason="stop") == expected, cut
+
+
+def test_settled_at_a_line_that_retypes_the_code_after_the_cursor() -> None:
+    suffix = "\n\n\ndef sub(a, b):\n    return a - b\n"
+    assert not completion_settled("a + b\n\n", suffix, prefix="def f(a, b):\n    return ", language="python")
+    assert completion_settled("a + b\n\n\ndef sub(a, b):\n", suffix, prefix="def f(a, b):\n    return ",
+                              language="python")
+
+
+def test_settled_for_a_mid_line_cursor_once_its_line_ends() -> None:
+    assert not completion_settled("a + b", ")\n", prefix="    return (", language="python")
+    assert completion_settled("a + b\n", ")\n", prefix="    return (", language="python")
+
+
+def test_not_settled_while_the_block_goes_on() -> None:
+    prefix, suffix = "def f(x):\n    if x:\n", "\n    return y\n"
+    assert not completion_settled("        y = 1\n        z = 2\n", suffix, prefix=prefix, language="python")
+    assert completion_settled("        y = 1\nprint(y)\n", suffix, prefix=prefix, language="python")

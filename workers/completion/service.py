@@ -49,7 +49,7 @@ from workers.completion.observe import Observer, observe_retrieval
 from workers.completion.request import parse_request, within_size_limit
 from workers.file_store import FileStore
 from workers.grants import Caller, Grants
-from workers.postprocess import clean_completion
+from workers.postprocess import clean_completion, completion_settled
 from workers.telemetry import TelemetryWriter
 
 log = logging.getLogger("ctxpress.worker.completion")
@@ -239,15 +239,12 @@ class CompletionService:
         try:
             with self.engine_load.track():
                 return await complete(
-                    self.engine,
-                    built.layout.text,
-                    template_markers=built.layout.markers,
-                    max_tokens=request.max_tokens,
-                    stop_words=STOP_WORDS,
-                    timeout_s=left_s,
-                    cache_key=built.cache_key,
-                    speculation=built.speculation,
-                    request_id=uuid.uuid4().hex,
+                    self.engine, built.layout.text, template_markers=built.layout.markers,
+                    max_tokens=request.max_tokens, stop_words=STOP_WORDS, timeout_s=left_s,
+                    cache_key=built.cache_key, speculation=built.speculation, request_id=uuid.uuid4().hex,
+                    settled=functools.partial(completion_settled, suffix=built.prepared.suffix,
+                                              prefix=built.prepared.prefix, language=built.prepared.language)
+                    if resolve_features(request.features)["early_stop"] else None,
                 )
         except CtxpressError:
             raise
@@ -360,8 +357,8 @@ class CompletionService:
             log.warning("pre-warming %s failed: %s", event.path, exc)
 
     async def _prewarm(self, event: FileOpened, caller: Caller) -> None:
-        """Process the stable part of the file's optimized prompt in the engine (max_tokens=0),
-        so that the first keystroke finds its KV. The engine gives way to live requests."""
+        """The stable part of the file's prompt processed in the engine (max_tokens=0), so that the first
+        keystroke finds its KV; the engine gives way to live requests."""
         features = resolve_features(event.features)
         if not (features["prewarm"] and features["prefix_cache"]):
             return

@@ -60,3 +60,38 @@ async def test_an_engine_past_the_callers_timeout_answers_inference_timeout() ->
     assert reply["error"]["code"] == "inference_timeout"
     await asyncio.sleep(0.01)
     assert engine.cancelled == [engine.requests[0].request_id]
+
+
+async def test_the_engine_stops_once_the_reply_can_no_longer_change() -> None:
+    # the model finishes the line, then re-types the code after the cursor and goes on: the editor gets the line,
+    # and the engine is told to stop at the first re-typed line instead of running to max_tokens
+    engine = ScriptedEngine("a + b\n\n\ndef sub(a, b):\n    return a - b\n" + "x = 1\n" * 40)
+    reply = json.loads(await _service(engine).handle(_request(max_tokens=64), time.perf_counter()))
+    assert reply["completion"] == "a + b" and reply["finish_reason"] == "stop"
+    await asyncio.sleep(0.01)
+    assert engine.cancelled == [engine.requests[0].request_id]
+
+
+async def test_a_mid_line_cursor_stops_the_engine_at_the_line_end() -> None:
+    engine = ScriptedEngine("a + b\n    c = 2\n" * 20)
+    text = "def add(a, b):\n    return ()\n"
+    reply = json.loads(await _service(engine).handle(_request(text=text, column=12, max_tokens=64),
+                                                      time.perf_counter()))
+    assert reply["completion"] == "a + b"
+    await asyncio.sleep(0.01)
+    assert engine.cancelled == [engine.requests[0].request_id]
+
+
+async def test_a_block_still_running_is_not_stopped() -> None:
+    engine = ScriptedEngine("a + b\n    # still the body\n")
+    reply = json.loads(await _service(engine).handle(_request(max_tokens=64), time.perf_counter()))
+    assert reply["completion"] == "a + b\n    # still the body"
+    assert engine.cancelled == []
+
+
+async def test_without_early_stop_the_engine_runs_to_its_limit() -> None:
+    engine = ScriptedEngine("a + b\n\n\ndef sub(a, b):\n    return a - b\n" + "x = 1\n" * 40)
+    reply = json.loads(await _service(engine).handle(_request(max_tokens=64, features={"early_stop": False}),
+                                                     time.perf_counter()))
+    assert reply["completion"] == "a + b" and reply["finish_reason"] == "length"
+    assert engine.cancelled == []
