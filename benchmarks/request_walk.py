@@ -12,7 +12,7 @@ Reported:
   control handed back up through a callback or a closure;
 - crossings between top-level packages, each direction.
 
-    python -m benchmarks.request_walk [--sequence]
+    python -m benchmarks.request_walk [--sequence] [--fold-leaves]
 """
 
 from __future__ import annotations
@@ -67,11 +67,14 @@ class Node:
         self.children.append(Node(module))
         return self.children[-1]
 
-    def tour(self) -> list[str]:
-        """The modules in the order the request stays in them: into each callee and back."""
+    def tour(self, fold_leaves: bool = False) -> list[str]:
+        """The modules in the order the request stays in them: into each callee and back. ``fold_leaves``: a
+        call into a module that calls no other (a record's constructor, an accessor) is part of its caller's
+        stay, as reading data would be."""
         out = [self.module]
         for c in self.children:
-            out += [*c.tour(), self.module]
+            if c.children or not fold_leaves:
+                out += [*c.tour(fold_leaves), self.module]
         return out
 
     def edges(self) -> list[tuple[str, str]]:
@@ -105,9 +108,9 @@ class Walk:
         elif event == "return" and self.stack[-1][0] is frame:
             self.stack.pop()
 
-    def figures(self) -> dict[str, int]:
+    def figures(self, fold_leaves: bool = False) -> dict[str, int]:
         (top,) = self.root.children
-        stays = top.tour()  # (a callee's module always differs from its caller's: no two stays in a row are one)
+        stays = top.tour(fold_leaves)  # (a callee's module always differs from its caller's: no two in a row are one)
         return {"stays": len(stays), "modules": len(set(stays)), "returns": len(stays) - len(set(stays)),
                 "climbs": sum(self.rank(b) > self.rank(a) for a, b in top.edges())}
 
@@ -130,6 +133,8 @@ def one_request(settings: Settings, count_tokens: Callable[[str], int]) -> Calla
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.request_walk", description=__doc__)
     p.add_argument("--sequence", action="store_true", help="print every stay")
+    p.add_argument("--fold-leaves", action="store_true",
+                   help="count a call into a module that calls no other as part of its caller's stay")
     args = p.parse_args(argv)
     # the profiler slows the assembly many times over: its deadline must not cut the walk short
     settings = get_settings().model_copy(update={"assembly_timeout_ms": 600_000.0})
@@ -145,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.setprofile(None)
     (top,) = walk.root.children
     if args.sequence:
-        print("\n".join(top.tour()))
-    print(", ".join(f"{k} {v}" for k, v in walk.figures().items()))
+        print("\n".join(top.tour(args.fold_leaves)))
+    print(", ".join(f"{k} {v}" for k, v in walk.figures(args.fold_leaves).items()))
     for (a, b), n in sorted(walk.crossings().items()):
         print(f"  calls {a} -> {b}: {n}")
     for a, b in top.edges():
