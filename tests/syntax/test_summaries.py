@@ -58,3 +58,41 @@ def test_imports_reduced_to_names_and_constants_to_short_values() -> None:
     assert reduce_import(parsed, syms[0]) == "from a.b import (c, d as e)\n"
     assert reduce_constant(parsed, syms[1]) == "LIMIT = 10\n"
     assert reduce_constant(parsed, syms[2]) == "TABLE = ...\n"
+
+
+CONSTRUCTOR = '''class Store:
+    def __init__(self, path: str, other: "Store") -> None:
+        """Open the store."""
+        self.path = path
+        self._cache: dict[str, int] = {}
+        self._size = (
+            len(path)
+        )
+        x = 1
+        other.parent = self
+        if path:
+            self._mode = "rw"
+        else:
+            self._mode = "r"
+        self.count += 1
+
+    def get(self, key: str) -> int:
+        return self._cache[key]
+'''
+
+
+def test_a_python_constructor_summary_names_the_attributes_it_sets() -> None:
+    parsed = parse_text(CONSTRUCTOR, "python")
+    init = next(s for s in extract_symbols(parsed).symbols if s.kind == "constructor")
+    assert summarize(parsed, init).splitlines()[1:] == [
+        '        """Open the store."""',
+        "        self.path = path",
+        "        self._cache: dict[str, int] = {}",
+        "        self._size = ...",  # on several lines: its target only
+        '        self._mode = "rw"',  # inside the if, once
+        "        self.count += 1",
+        "        ...",
+    ]
+    assert summarize(parsed, init, attributes=False).splitlines()[1:] == ['        """Open the store."""', "        ..."]
+    method = next(s for s in extract_symbols(parsed).symbols if s.name == "get")
+    assert summarize(parsed, method).splitlines()[1:] == ["        ..."]
