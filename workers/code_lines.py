@@ -140,3 +140,19 @@ def outer_body_indent(prefix: str) -> int | None:
                 return indent or None
         return None
     return None
+
+
+def function_indent(prefix: str, level: int) -> int | None:
+    """The indentation of the ``def`` line of the innermost Python function whose body holds the cursor's line,
+    indented ``level``: a line the completion writes at that indentation or less has left the function. None
+    outside a function (at top level, in a class body) or past the look-back."""
+    lines = read_lines("\n".join(prefix.split("\n")[-_OUTER_LOOKBACK_LINES:]), "python")
+    for line in reversed(lines[:-1]):  # the cursor's own line is the last
+        if not line.is_code or line.indent >= level:
+            continue  # a continuation line, a comment, or a statement of the same body
+        if line.code.startswith(("def ", "async def ")):
+            return line.indent
+        if line.code.startswith("class ") or line.indent == 0:
+            return None
+        level = line.indent  # an if/for/with/try around the cursor: the function is further out
+    return None

@@ -24,6 +24,7 @@ from workers.code_lines import (
     Line,
     finished,
     first_code_indent,
+    function_indent,
     opens_block,
     outer_body_indent,
     read_lines,
@@ -170,7 +171,10 @@ def _block_extent(lines: list[Line], prefix: str, suffix: str, language: str | N
         after_indent: int | None = len(line_before) + len(rest_of_line) - len(rest_of_line.lstrip())
     else:
         after_indent = first_code_indent(suffix.split("\n", 1)[1] if "\n" in suffix else "")
-    return _block_end(lines, first_indent, after_indent, outer_body_indent(prefix), suffix, language), after_indent
+    # Python: a line back at the indentation of the cursor's function's own ``def`` (the next method) has left it
+    function = function_indent(prefix, first_indent) if language in INDENTED_BLOCKS else None
+    return (_block_end(lines, first_indent, after_indent, outer_body_indent(prefix), function, suffix, language),
+            after_indent)
 
 
 def _complete_block(text: str, prefix: str, suffix: str, language: str | None, cut_at_limit: bool) -> str:
@@ -200,19 +204,21 @@ def _complete_block(text: str, prefix: str, suffix: str, language: str | None, c
 
 
 def _block_end(lines: list[Line], first_indent: int, after_indent: int | None, outer_indent: int | None,
-               suffix: str, language: str | None) -> int:
+               function: int | None, suffix: str, language: str | None) -> int:
     """How many lines belong to the block at the cursor. Python: the lines until one dedents out of the top-level
     definition the cursor is in (below its body, below the block's first line and below the code after the
     cursor): the model has left it and writes new top-level code (``print(…)``, the next ``def``). A hole may
     span a dedent inside the definition (HumanEval/95/L1_L7 goes from an ``if`` body back to the function's),
-    so only leaving the definition counts. Braces: the lines until one closes the block around the cursor when
-    the file closes it already."""
+    so only leaving the definition counts, or leaving the function the cursor is in (``function``: its ``def``
+    line's indentation; a method's completion ends at the next method). Braces: the lines until one closes the
+    block around the cursor when the file closes it already."""
     if language in INDENTED_BLOCKS:
-        if after_indent is None:
-            return len(lines)  # the end of the file: code at any level may follow
-        floor = min(first_indent, after_indent, first_indent if outer_indent is None else outer_indent)
+        # at the end of the file (nothing after the cursor) code at any level may follow, unless it leaves the function
+        floor = None if after_indent is None else \
+            min(first_indent, after_indent, first_indent if outer_indent is None else outer_indent)
         for index, line in enumerate(lines[1:], start=1):
-            if line.is_code and line.indent < floor:
+            if line.is_code and ((floor is not None and line.indent < floor)
+                                 or (function is not None and line.indent <= function)):
                 return index
     elif language in BRACED_BLOCKS and suffix.lstrip().startswith("}"):
         for index, line in enumerate(lines):

@@ -178,11 +178,24 @@ def test_python_completion_may_dedent_within_its_definition() -> None:
     assert cleaned == completion
 
 
-def test_python_stops_at_top_level_code_after_a_method() -> None:
+def test_python_stops_where_the_method_ends() -> None:
+    # the next method is not part of the block at the cursor: the suggestion ends with the method it is in
     prefix = "class A:\n    def f(self, xs):\n        for x in xs:\n"
     completion = "            self.n += x\n        return self.n\n\n    def g(self):\n        pass\n\na = A()"
     cleaned = clean_completion(completion, "\n        return 0\n", prefix=prefix, language="python")
-    assert cleaned == "            self.n += x\n        return self.n\n\n    def g(self):\n        pass"
+    assert cleaned == "            self.n += x\n        return self.n"
+    # a signature on several lines is not the function's end; at the end of the file it still ends there
+    prefix = "class A:\n    def f(\n        self, xs\n    ) -> int:\n        total = 0\n"
+    completion = "        for x in xs:\n            total += x\n        return total\n    @property\n    def g(self):"
+    cleaned = clean_completion(completion, "", prefix=prefix, language="python")
+    assert cleaned == "        for x in xs:\n            total += x\n        return total"
+
+
+def test_python_function_in_a_block_of_a_function_ends_at_its_own_def() -> None:
+    prefix = "def outer(xs):\n    def inner(x):\n        if x:\n"
+    completion = "            return 1\n        return 0\n    return [inner(x) for x in xs]"
+    cleaned = clean_completion(completion, "\n", prefix=prefix, language="python")
+    assert cleaned == "            return 1\n        return 0"
 
 
 # --- stopping the engine early (completion_settled) ---
