@@ -70,12 +70,14 @@ async def complete(engine: CompletionEngine, prompt: str, *, max_tokens: int, ti
                    temperature: float = 0.0, stop_words: Sequence[str] = (), cache_key: str | None = None,
                    speculation: str | None = None, request_id: str | None = None,
                    template_markers: Sequence[int] | None = None,
-                   settled: Callable[[str], bool] | None = None) -> CompletionResult:
+                   settled: Callable[[str], bool] | None = None,
+                   max_decode_ms: float | None = None) -> CompletionResult:
     """The whole completion of ``prompt`` within ``timeout_s`` (the engine is told the deadline too). A
     call that times out or is cancelled tells the engine, without waiting, that nobody reads the answer.
     ``settled``: told the text so far at each piece that ends a line (or may open a fence); once it says
     nothing further can change what the caller keeps, the engine is told to stop and the text so far is the
-    result (finish reason ``stop``)."""
+    result (finish reason ``stop``). ``max_decode_ms``: once this long has passed since the first token, the
+    completion ends at the next piece that ends a line (finish reason ``length``, as at the token limit)."""
     request = EngineRequest(prompt, max_tokens, temperature, stop_words, cache_key, speculation, request_id,
                             int(timeout_s * 1000), template_markers)
     started = time.perf_counter()
@@ -91,14 +93,20 @@ async def complete(engine: CompletionEngine, prompt: str, *, max_tokens: int, ti
                     pieces.append(piece.text)
                 result.figures.update(piece.figures)
                 result.finish_reason = piece.finish or result.finish_reason
-                if (settled is not None and piece.finish is None and ("\n" in piece.text or "`" in piece.text)
-                        and settled("".join(pieces))):
+                if piece.finish is not None or not ("\n" in piece.text or "`" in piece.text):
+                    continue
+                if settled is not None and settled("".join(pieces)):
                     result.finish_reason = "stop"
-                    _cancel_later(engine, request_id)
-                    aclose = getattr(stream, "aclose", None)
-                    if aclose is not None:  # the engine's stream is closed now, not when collected
-                        await aclose()
-                    break
+                elif (max_decode_ms is not None and "\n" in piece.text
+                      and (time.perf_counter() - started) * 1000 - result.first_token_ms > max_decode_ms):
+                    result.finish_reason = "length"
+                else:
+                    continue
+                _cancel_later(engine, request_id)
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:  # the engine's stream is closed now, not when collected
+                    await aclose()
+                break
     except TimeoutError as exc:
         _cancel_later(engine, request_id)
         raise InferenceTimeout(f"no answer from {engine} within {timeout_s:.1f}s") from exc

@@ -17,7 +17,7 @@ from aiohttp import web
 from ctxpress.http.replies import HttpError
 from ctxpress_core.languages import language_from_editor, language_from_path
 from ctxpress_core.settings import Settings
-from ctxpress_core.wire.v1 import MAX_TOKENS_LIMIT, CompletionRequest
+from ctxpress_core.wire.v1 import MAX_DECODE_MS, MAX_TOKENS_LIMIT, CompletionRequest
 
 REPOSITORY_HEADER = "X-Ctxpress-Repository"
 PATH_HEADER = "X-Ctxpress-Path"
@@ -82,10 +82,17 @@ def max_tokens(asked: int | None, settings: Settings) -> int:
     return min(asked, MAX_TOKENS_LIMIT)
 
 
-def completion_request(where: Where, cursor: Cursor, tokens: int, scenario: str, timeout_ms: int) -> CompletionRequest:
+def max_decode_ms(asked: int | None) -> int | None:
+    """llama.cpp's ``t_max_predict_ms`` as the wire's ``max_decode_ms``: 0 or less is no limit there too."""
+    return min(asked, MAX_DECODE_MS) if asked is not None and asked > 0 else None
+
+
+def completion_request(where: Where, cursor: Cursor, tokens: int, scenario: str, timeout_ms: int,
+                       max_decode_ms: int | None = None) -> CompletionRequest:
     return CompletionRequest(repository=where.repository, path=where.path, text=cursor.text, line=cursor.line,
                              column=cursor.column, language=where.language, max_tokens=tokens,
-                             request_id=uuid.uuid4().hex, timeout_ms=timeout_ms, scenario=scenario)
+                             request_id=uuid.uuid4().hex, timeout_ms=timeout_ms, scenario=scenario,
+                             max_decode_ms=max_decode_ms)
 
 
 def cut_at_stop(text: str, stop: list[str] | str | None) -> tuple[str, bool]:

@@ -4,9 +4,9 @@ Request (llama.vscode ``src/llama-server.ts``, llama.vim ``autoload/llama.vim``)
 the cursor's line as ``input_prefix``, that line up to the cursor as ``prompt``, the rest of it and
 the lines after as ``input_suffix``, chunks of other files as ``input_extra`` (ignored: the
 appliance retrieves cross-file context from its own index), ``n_predict`` (0: only warm the cache
-for the next request, sent here as ``file_opened``), ``stop``, ``response_fields``. The time caps
-(``t_max_prompt_ms``, ``t_max_predict_ms``) are accepted and not applied: the appliance answers
-whole or not at all, within its own deadline.
+for the next request, sent here as ``file_opened``), ``stop``, ``response_fields``, and
+``t_max_predict_ms`` (past it, the completion ends at the next line end, as llama.cpp ends it).
+``t_max_prompt_ms`` is accepted and not applied: the appliance answers within its own deadline.
 
 Reply: ``content``, ``tokens_cached``, ``timings`` (``prompt_n`` counts the tokens the engine
 processed, ``cache_n`` those it found cached), ``generation_settings``; with ``response_fields``
@@ -21,7 +21,14 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from ctxpress.http.editing import completion_request, cursor_between, cut_at_stop, max_tokens, where_from
+from ctxpress.http.editing import (
+    completion_request,
+    cursor_between,
+    cut_at_stop,
+    max_decode_ms,
+    max_tokens,
+    where_from,
+)
 from ctxpress.http.replies import HttpError, error_reply, json_reply, read_model
 from ctxpress.http.upstream import Superseded, Upstream, server_timing
 from ctxpress_core.settings import Settings
@@ -118,7 +125,8 @@ def routes(upstream: Upstream) -> list[web.RouteDef]:
             empty = {"content": "", "tokens_cached": 0, "timings": {}, "stop": True}
             return json_reply(nested_fields(empty, body.response_fields))
         tokens = max_tokens(body.n_predict, settings)
-        asked = completion_request(where, cursor, tokens, SCENARIO, upstream.timeout_ms)
+        asked = completion_request(where, cursor, tokens, SCENARIO, upstream.timeout_ms,
+                                   max_decode_ms(body.t_max_predict_ms))
         # one pending request per client and document: llama.vim stops its curl for a newer one
         key = ("infill", request.remote, where.repository, where.path)
         started = time.perf_counter()

@@ -28,6 +28,7 @@ SUBJECT_COMPLETE = "ctxpress.v1.complete"
 SUBJECT_FEEDBACK = "ctxpress.v1.feedback"
 
 MAX_TOKENS_LIMIT = 512
+MAX_DECODE_MS = 600_000  # the longest a request may let the engine write (max_decode_ms)
 # The largest line, column or count a message may carry: PostgreSQL's ``integer`` (chars_kept is stored) and a C
 # int (tree-sitter's rows). No file comes near it; a larger number is the sender's error, answered as one.
 MAX_WIRE_INT = 2**31 - 1
@@ -136,6 +137,9 @@ class CompletionRequest(Inbound):
     # How long the caller waits for the answer; past it the request is abandoned (default: the
     # worker's inference timeout).
     timeout_ms: int | None = Field(default=None, ge=100, le=600_000)
+    # How long the engine may write, from its first token: past it, the completion ends at the next line end
+    # (llama.cpp's t_max_predict_ms; a multi-line suggestion is cut to its lines written by then). None: no limit.
+    max_decode_ms: int | None = Field(default=None, ge=1, le=MAX_DECODE_MS)
     # Labels for telemetry and ablations: which workload sent this, which optimisations to use.
     scenario: str | None = Field(default=None, max_length=64)
     features: dict[str, bool] | None = None

@@ -236,16 +236,17 @@ class CompletionService:
         return timeout_s - (time.perf_counter() - received_at)
 
     async def _infer(self, request: CompletionRequest, built: Prompt, left_s: float) -> CompletionResult:
+        # the engine stops once what the editor gets can no longer change (early_stop)
+        settled = functools.partial(completion_settled, suffix=built.prepared.suffix, prefix=built.prepared.prefix,
+                                    language=built.prepared.language)
         try:
             with self.engine_load.track():
                 return await complete(
                     self.engine, built.layout.text, template_markers=built.layout.markers,
                     max_tokens=request.max_tokens, stop_words=STOP_WORDS, timeout_s=left_s,
                     cache_key=built.cache_key, speculation=built.speculation, request_id=uuid.uuid4().hex,
-                    settled=functools.partial(completion_settled, suffix=built.prepared.suffix,
-                                              prefix=built.prepared.prefix, language=built.prepared.language)
-                    if resolve_features(request.features)["early_stop"] else None,
-                )
+                    settled=settled if resolve_features(request.features)["early_stop"] else None,
+                    max_decode_ms=request.max_decode_ms)
         except CtxpressError:
             raise
         except Exception as exc:  # any other inference failure: reply, do not hang

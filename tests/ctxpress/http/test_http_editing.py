@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ctxpress.http.continue_fim import Split, split_prompt
-from ctxpress.http.editing import cursor_between, cut_at_stop, max_tokens, repository_from_git_url
+from ctxpress.http.editing import cursor_between, cut_at_stop, max_decode_ms, max_tokens, repository_from_git_url
 from ctxpress.http.llama_cpp import nested_fields
 from ctxpress_core.settings import Settings
 
@@ -43,3 +43,9 @@ def test_stop_strings_tokens_and_repository_names() -> None:
     assert repository_from_git_url("git@github.com:org/name.git") == "name"
     assert repository_from_git_url("https://github.com/org/name/") == "name"
     assert repository_from_git_url(None) is None
+
+
+def test_llama_cpp_time_cap_becomes_the_wires_max_decode_ms() -> None:
+    assert max_decode_ms(250) == 250
+    assert max_decode_ms(0) is None and max_decode_ms(-1) is None and max_decode_ms(None) is None  # no limit there
+    assert max_decode_ms(10**9) == 600_000

@@ -95,3 +95,14 @@ async def test_without_early_stop_the_engine_runs_to_its_limit() -> None:
                                                      time.perf_counter()))
     assert reply["completion"] == "a + b" and reply["finish_reason"] == "length"
     assert engine.cancelled == []
+
+
+async def test_past_max_decode_ms_the_completion_ends_at_the_next_line_end() -> None:
+    answer = "".join(f"a{i} = {i}\n    " for i in range(40))
+    engine = ScriptedEngine(answer, step_s=0.01)
+    reply = json.loads(await _service(engine).handle(_request(max_tokens=120, max_decode_ms=60), time.perf_counter()))
+    assert reply["finish_reason"] == "length"
+    lines = reply["completion"].split("\n")
+    assert 1 <= len(lines) < 40 and lines[0] == "a0 = 0" and answer.startswith(reply["completion"])
+    await asyncio.sleep(0.01)
+    assert engine.cancelled == [engine.requests[0].request_id]
