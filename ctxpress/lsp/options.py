@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import MAX_DECODE_MS
 
 
 class LspOptions(BaseModel):
@@ -24,6 +25,8 @@ class LspOptions(BaseModel):
     max_tokens: int = Field(default=64, ge=1, le=512, alias="maxTokens")
     mode: str = Field(default="optimized", pattern="^(optimized|baseline)$")
     timeout_ms: int = Field(default=30_000, ge=100, le=600_000, alias="timeoutMs")
+    # past this long writing, a suggestion ends at its next line end (llama.vim's t_max_predict_ms); None: no cap
+    max_decode_ms: int | None = Field(default=None, ge=1, le=MAX_DECODE_MS, alias="maxDecodeMs")
     # For measurements: the telemetry label of this editor's requests, optimized mode's switches,
     # and whether a superseded request is abandoned in the appliance too (off: only here).
     scenario: str = Field(default="lsp", min_length=1, max_length=64)

@@ -192,7 +192,7 @@ class CtxpressServer(LanguageServer):
             language=language_from_editor(doc.language_id), max_tokens=self.options.max_tokens,
             mode=self.options.mode,  # type: ignore[arg-type]
             recent_edits=doc.edits or None, request_id=request_id, timeout_ms=self.options.timeout_ms,
-            scenario=self.options.scenario, features=self.options.features)
+            max_decode_ms=self.options.max_decode_ms, scenario=self.options.scenario, features=self.options.features)
         started = time.perf_counter()
         self.figures.requests += 1
         try:
