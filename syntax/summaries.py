@@ -32,12 +32,6 @@ _DOC_PREFIX: dict[str, tuple[str, str]] = {
 
 # A constant's value is kept when it is this short; longer values are elided (names matter, not data).
 MAX_CONSTANT_VALUE_CHARS = 48
-# A Python constructor's summary lists at most this many ``self.name = …`` statements.
-MAX_ATTRIBUTES = 24
-_PY_ASSIGNMENTS = frozenset({"assignment", "augmented_assignment"})
-# Statements whose bodies a constructor's attribute assignments are looked for in.
-_PY_NESTED_BLOCKS = frozenset({"if_statement", "else_clause", "elif_clause", "try_statement", "except_clause",
-                               "finally_clause", "with_statement", "for_statement", "block"})
 # Body-less declarations (fields, prototypes, type aliases) up to this size are kept verbatim.
 MAX_VERBATIM_DECL_CHARS = 160
 
@@ -105,13 +99,11 @@ def _doc_lines(parsed: ParsedFile, sym: Symbol, indent: str) -> list[str]:
     return [f"{indent}{open_}{doc}{close}"]
 
 
-def summarize(parsed: ParsedFile, sym: Symbol, *, open_container: bool = False, attributes: bool = True) -> str:
+def summarize(parsed: ParsedFile, sym: Symbol, *, open_container: bool = False) -> str:
     """The structured summary of one block, ending with a newline.
 
     ``open_container`` renders a class-like block as its head only (signature, docstring,
-    and the opening brace) so that member excerpts can follow it, as in the file. ``attributes``: a Python
-    constructor's summary lists the attributes its body sets (off: the signature only, which an edit of the
-    body leaves as it was).
+    and the opening brace) so that member excerpts can follow it, as in the file.
     """
     if sym.kind == "import" or sym.kind == "package":
         return reduce_import(parsed, sym)
@@ -129,8 +121,6 @@ def summarize(parsed: ParsedFile, sym: Symbol, *, open_container: bool = False, 
         if sym.doc:
             lines.append(f'{body_indent}"""{sym.doc.replace(chr(34) * 3, "")}"""')
         if not open_container:
-            if sym.kind == "constructor" and attributes:
-                lines += [body_indent + line for line in _attribute_assignments(parsed, sym)]
             lines.append(f"{body_indent}{PY_ELISION}")
         return "\n".join(lines) + "\n"
     lines = _doc_lines(parsed, sym, indent)
@@ -145,35 +135,6 @@ def summarize(parsed: ParsedFile, sym: Symbol, *, open_container: bool = False, 
             tail = " " + tail
         lines.append(f"{head} {{ {BRACE_ELISION} }}{tail}")
     return "\n".join(lines) + "\n"
-
-
-def _attribute_assignments(parsed: ParsedFile, sym: Symbol) -> list[str]:
-    """A Python constructor's ``self.name = …`` statements, one line each: the attributes its class's other
-    methods use (``self._cache``) are set there, and a signature alone does not name them. A statement on
-    several lines keeps its target only (``self.name = ...``); nested blocks (an ``if`` in the body) are
-    looked into, at most ``MAX_ATTRIBUTES`` statements are kept."""
-    body = parsed.tree.root_node.descendant_for_byte_range(sym.body_start_byte or 0, sym.body_end_byte or 0)
-    out: list[str] = []
-    seen: set[str] = set()
-    stack = list(reversed(body.named_children)) if body is not None else []
-    while stack and len(out) < MAX_ATTRIBUTES:
-        node = stack.pop()
-        if node.type in _PY_NESTED_BLOCKS:
-            stack += reversed(node.named_children)
-            continue
-        # (an assignment is wrapped in an expression_statement in some versions of the grammar, not in others)
-        assignment = node.named_children[0] if node.type == "expression_statement" and node.named_children else node
-        target = assignment.child_by_field_name("left") if assignment.type in _PY_ASSIGNMENTS else None
-        if target is None or target.type != "attribute" or parsed.text(target.start_byte, target.end_byte) \
-                .split(".", 1)[0] != "self":
-            continue
-        name = parsed.text(target.start_byte, target.end_byte)
-        if name in seen:
-            continue
-        seen.add(name)
-        text = parsed.text(node.start_byte, node.end_byte)
-        out.append(text if "\n" not in text else f"{name} = {PY_ELISION}")
-    return out
 
 
 def _bodyless(parsed: ParsedFile, sym: Symbol) -> str:

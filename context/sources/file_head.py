@@ -46,7 +46,7 @@ def _outline(parsed: ParsedFile, members: dict[int, list[Symbol]], sym: Symbol) 
     """A declaration's outline, one candidate per declaration: a container's header, then each of its members'
     (so a long class fills what is left of the head instead of ending it)."""
     if not (sym.is_container or sym.kind in CLASS_KINDS):
-        yield [Piece(sym.start_line, sym.end_line, summarize(parsed, sym, attributes=False))]  # kept by edits
+        yield [Piece(sym.start_line, sym.end_line, summarize(parsed, sym))]
         return
     yield [Piece(sym.start_line, header_line_range(parsed, sym)[1], summarize(parsed, sym, open_container=True))]
     for member in members.get(sym.index, ()):
