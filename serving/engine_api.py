@@ -93,7 +93,7 @@ async def complete(engine: CompletionEngine, prompt: str, *, max_tokens: int, ti
                     pieces.append(piece.text)
                 result.figures.update(piece.figures)
                 result.finish_reason = piece.finish or result.finish_reason
-                if piece.finish is not None or not ("\n" in piece.text or "`" in piece.text):
+                if not ("\n" in piece.text or "`" in piece.text):
                     continue
                 if settled is not None and settled("".join(pieces)):
                     result.finish_reason = "stop"

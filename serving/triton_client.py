@@ -134,7 +134,7 @@ class TritonCompletionClient:
                 finish = None
                 if finish_raw is not None and finish_raw.size:
                     item = finish_raw.reshape(-1)[0]
-                    finish = item.decode() if isinstance(item, bytes) else str(item)
+                    finish = (item.decode() if isinstance(item, bytes) else str(item)) or None  # "": not the end
                 yield Piece(text, figures, finish)
                 params = response.get_response(as_json=True).get("parameters", {})
                 if params.get("triton_final_response", {}).get("bool_param"):

@@ -170,7 +170,7 @@ class CompletionModel:
                     # Streaming clients already have the text; a non-streaming one gets it all now.
                     yield [response_tensors("" if req.stream else "".join(pieces), item.figures)]
                 elif req.stream:
-                    yield [response_tensors(item.text, item.figures)]
+                    yield [response_tensors(item.text, item.figures, final=False)]
                 else:
                     pieces.append(item.text)
             finished = True

@@ -37,7 +37,8 @@ def _decode_list(value: np.ndarray | None) -> list[str]:
     return out
 
 
-def response_tensors(text: str, figures: GenerationFigures) -> dict[str, np.ndarray]:
+def response_tensors(text: str, figures: GenerationFigures, *, final: bool = True) -> dict[str, np.ndarray]:
+    """One response of a completion; a streamed piece before the last says no finish reason (empty)."""
     def i32(v: int) -> np.ndarray:
         return np.array([[v]], dtype=np.int32)
 
@@ -51,7 +52,7 @@ def response_tensors(text: str, figures: GenerationFigures) -> dict[str, np.ndar
         inference.CTX_KV_BYTES: i32(figures.kv_bytes),
         inference.CTX_RESTORED_TOKENS: i32(figures.restored_tokens),
         inference.CTX_RESTORE_MS: i32(round(figures.restore_ms)),
-        inference.CTX_FINISH_REASON: np.array([[figures.finish_reason.encode()]], dtype=object),
+        inference.CTX_FINISH_REASON: np.array([[figures.finish_reason.encode() if final else b""]], dtype=object),
     }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from serving.engine_api import complete
+from serving.engine_api import EngineRequest, complete
 from serving.fim import STOP_WORDS, fim_prompt
 from serving.triton_client import TritonCompletionClient
 
@@ -87,5 +87,26 @@ async def test_a_request_past_its_deadline_is_not_computed(appliance: Any) -> No
             if dropped(_abandoned(status_path)) > dropped(before):
                 break
         assert dropped(_abandoned(status_path)) == dropped(before) + 1
+    finally:
+        await client.close()
+
+
+async def test_a_stream_ends_its_pieces_with_the_reason_and_stops_once_settled(appliance: Any) -> None:
+    client = TritonCompletionClient(appliance.settings.effective_triton_url())
+    prefix = "import os\n\n\ndef list_files(root):\n    out = []\n    for "
+    prompt = fim_prompt(prefix, "\n")
+    try:
+        pieces = [p async for p in client.stream(EngineRequest(prompt, 40, stop_words=STOP_WORDS, speculation="none",
+                                                               request_id="whole"))]
+        # only the last piece says why the completion ended: a reason on every piece would read as the end
+        assert len(pieces) > 3 and all(p.finish is None for p in pieces[:-1])
+        assert pieces[-1].finish in {"stop", "length"}
+        whole = "".join(p.text for p in pieces)
+        assert whole.count("\n") >= 2  # the body goes on for several lines
+        seen: list[str] = []
+        settled = await complete(client, prompt, max_tokens=40, stop_words=STOP_WORDS, timeout_s=120,
+                                 speculation="none", request_id="settled", settled=lambda t: not seen.append(t))
+        assert seen == [settled.text] and settled.finish_reason == "stop"
+        assert "\n" in settled.text and whole.startswith(settled.text) and len(settled.text) < len(whole)
     finally:
         await client.close()
