@@ -88,8 +88,8 @@ def _benchmark(args: argparse.Namespace, settings: Settings) -> int:
         summarise,
     )
 
-    if args.features or args.budget or args.gate is not None:
-        print("error: --features, --budget and --gate go with --cases", file=sys.stderr)
+    if args.budget or args.gate is not None:
+        print("error: --budget and --gate go with --cases", file=sys.stderr)
         return 2
     if args.peer_server is not None and not args.peer_server.is_file():
         print(f"error: --peer-server {args.peer_server}: no such file", file=sys.stderr)
@@ -116,7 +116,7 @@ def _benchmark(args: argparse.Namespace, settings: Settings) -> int:
                              args.max_tokens or settings.default_max_tokens,
                              peer_server=None if args.canonical else args.peer_server, model=model,
                              peer_threads=os.cpu_count() or 2, test_timeout_s=args.test_timeout,
-                             canonical=args.canonical)
+                             canonical=args.canonical, features=parse_list(args.features) if args.features else None)
     load_before = _load_average()
     try:
         rows = asyncio.run(run_benchmark(tasks, config, args.out))
@@ -126,7 +126,8 @@ def _benchmark(args: argparse.Namespace, settings: Settings) -> int:
     summary = {arm: summarise(arm_rows) for arm, arm_rows in rows.items()}
     selection = (f"seeded sample, seed {args.seed}" if args.limit and args.limit < len(every) else "all")
     meta = {"benchmark": args.benchmark, "n": len(tasks), "total": len(every), "selection": selection,
-            "max_tokens": config.max_tokens, "load_before": load_before, "load_after": _load_average()}
+            "max_tokens": config.max_tokens, "load_before": load_before, "load_after": _load_average(),
+            **({"features": config.features} if config.features else {})}
     for line in [*report_lines(args.benchmark, summary, meta), *paired_lines(rows)]:
         print(line)
     print(json.dumps({"benchmark": meta, "arms": summary}))

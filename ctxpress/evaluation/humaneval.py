@@ -153,6 +153,7 @@ class BenchmarkConfig:
     test_timeout_s: float = DEFAULT_TIMEOUT_S
     request_timeout_s: float = 300.0
     canonical: bool = False  # score the canonical solutions instead of any model: a check of the harness
+    features: dict[str, bool] | None = None  # the appliance arms' switches (ablations, e.g. -early_stop)
 
 
 def _order(index: int, arms: Sequence[str]) -> list[str]:
@@ -227,7 +228,8 @@ def _appliance_arm(client: Any, mode: str, config: BenchmarkConfig) -> Arm:
         request = CompletionRequest(repository=REPOSITORY, path=path, text=view.text, line=view.line,
                                     column=view.column, language="python", max_tokens=config.max_tokens,
                                     mode=mode,  # type: ignore[arg-type]
-                                    scenario="humaneval", request_id=f"he-{mode}-{path}"[:128])
+                                    scenario="humaneval", request_id=f"he-{mode}-{path}"[:128],
+                                    features=config.features)
         started = time.perf_counter()
         reply = await client.complete(request)
         latency_ms = (time.perf_counter() - started) * 1000
