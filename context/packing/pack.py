@@ -164,7 +164,9 @@ def pack(
                 picked = form
                 break
         if picked is None:
-            cand.drop_reason = f"does not fit: needs {cost} tokens as {cand.forms[-1].name}, {remaining} left"
+            held = reserve if _holds_back(cand.tier) else 0
+            cand.drop_reason = (f"does not fit: needs {cost} tokens as {cand.forms[-1].name}, {remaining - held} left"
+                                + (f" ({held} more held for the lines above: nearby_first)" if held else ""))
             dropped.append(cand)
             continue
         cand.chosen = picked
