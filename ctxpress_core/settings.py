@@ -109,6 +109,9 @@ class Settings(BaseSettings):
     default_max_tokens: int = 64
     # `ctxpress lsp`: milliseconds to wait after a keystroke before asking (0: adaptive).
     lsp_debounce_ms: int = 0
+    # `ctxpress lsp`: past this long writing, a suggestion ends at its next line end (the wire's max_decode_ms;
+    # llama.vim and llama.vscode send the same 1,000 ms by default). 0: no cap.
+    lsp_max_decode_ms: int = Field(default=1000, ge=0, le=600_000)
 
     # `ctxpress serve-http` (ctxpress/http/): the HTTP APIs editor plugins already speak (llama.cpp's /infill,
     # Tabby's /v1/completions, OpenAI/Mistral FIM), each turned into a ctxpress.v1.complete request.

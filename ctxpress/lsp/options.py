@@ -39,6 +39,7 @@ class LspOptions(BaseModel):
         defaults: dict[str, Any] = {
             "natsUrl": settings.nats_url, "credentials": settings.nats_credentials,
             "debounceMs": settings.lsp_debounce_ms, "maxTokens": settings.default_max_tokens,
+            "maxDecodeMs": settings.lsp_max_decode_ms or None,
             "timeoutMs": int(settings.triton_timeout_s * 1000),
         }
         if given is not None and not isinstance(given, dict):
