@@ -72,14 +72,12 @@ def clean_completion(completion: str, suffix: str, *, prefix: str = "", language
     if fence != -1:
         text = text[:fence]
 
-    line_before = prefix.rsplit("\n", 1)[-1]
-    rest_of_line = suffix.split("\n", 1)[0]
-    at_line_start = not line_before.strip()
+    around = _Around(prefix, suffix, language)
+    rest_of_line, at_line_start = around.rest_of_line, around.at_line_start
     lines = text.split("\n")
-    anchors = set(_suffix_anchor_lines(suffix, at_line_start))
     kept: list[str] = []
     for index, line in enumerate(lines):
-        if index > 0 and (line.strip() in anchors  # the model is re-typing what already follows the cursor
+        if index > 0 and (line.strip() in around.anchors  # the model is re-typing what already follows the cursor
                           or _PROSE.match(line)):
             kept.append("")  # cut at a line's start: the lines kept end with their newline
             break
@@ -88,10 +86,10 @@ def clean_completion(completion: str, suffix: str, *, prefix: str = "", language
     cut_at_limit = finish_reason == LENGTH and "\n".join(kept) == completion
     text = "\n".join(kept)
 
-    if not at_line_start and rest_of_line.strip():
+    if around.held_to_line:
         text = _hold_to_line(text, rest_of_line, language)
     elif "\n" in text or cut_at_limit:
-        text = _complete_block(text, prefix, suffix, language, cut_at_limit)
+        text = _complete_block(text, around, cut_at_limit)
 
     # The rest of the cursor line is already there: do not repeat it at the end. (After a mid-line cursor whose
     # line goes on with a closing bracket, _hold_to_line has settled the brackets: a closer is the completion's.)
@@ -137,50 +135,73 @@ def _before_first_unmatched_closer(text: str, language: str | None) -> str:
     return text[: high - 1].rstrip()
 
 
-def completion_settled(text: str, suffix: str, *, prefix: str = "", language: str | None = None) -> bool:
-    """True when no more of the engine's text can change what ``clean_completion`` makes of ``text``, so the
+class _Around:
+    """The text around the cursor as the rules read it, worked out once per request: a completion is looked at
+    again at every line it writes (``CompletionSettled``), and the prefix may run to thousands of lines."""
+
+    def __init__(self, prefix: str, suffix: str, language: str | None) -> None:
+        self.prefix, self.suffix, self.language = prefix, suffix, language
+        self.line_before = prefix.rsplit("\n", 1)[-1]
+        self.rest_of_line = suffix.split("\n", 1)[0]
+        self.at_line_start = not self.line_before.strip()
+        self.held_to_line = not self.at_line_start and bool(self.rest_of_line.strip())  # a mid-line cursor
+        self.anchors = frozenset(_suffix_anchor_lines(suffix, self.at_line_start))
+        if self.rest_of_line.strip():  # a cursor before code on its line: that code is what follows
+            self.after_indent: int | None = \
+                len(self.line_before) + len(self.rest_of_line) - len(self.rest_of_line.lstrip())
+        else:
+            self.after_indent = first_code_indent(suffix.split("\n", 1)[1] if "\n" in suffix else "")
+        self.outer_indent = outer_body_indent(prefix) if language in INDENTED_BLOCKS else None
+        self._functions: dict[int, int | None] = {}  # function_indent by the block's first indentation
+
+    def function(self, level: int) -> int | None:
+        """Python: the indentation of the ``def`` of the function the cursor is in (code_lines.function_indent)."""
+        if self.language not in INDENTED_BLOCKS:
+            return None
+        if level not in self._functions:
+            self._functions[level] = function_indent(self.prefix, level)
+        return self._functions[level]
+
+
+class CompletionSettled:
+    """Whether no more of the engine's text can change what ``clean_completion`` makes of the text so far, so the
     engine may stop: a rule has already cut it (a special token, a fence, the line a mid-line cursor is held
     to, a line re-typing the code after the cursor, prose, the line leaving the block). Only whole lines are
-    judged: the last line, unfinished, may still grow into something else."""
-    if _SPECIAL.search(text) or _FENCE in text:
-        return True
-    if "\n" not in text:
-        return False
-    line_before = prefix.rsplit("\n", 1)[-1]
-    at_line_start = not line_before.strip()
-    if not at_line_start and suffix.split("\n", 1)[0].strip():
-        return True  # held to its first line, which is whole
-    whole = text[: text.rfind("\n")]
-    lines = whole.split("\n")
-    anchors = set(_suffix_anchor_lines(suffix, at_line_start))
-    if any(line.strip() in anchors or _PROSE.match(line) for line in lines[1:]):
-        return True
-    end, _after_indent = _block_extent(read_lines(whole, language), prefix, suffix, language)
-    return end < len(lines)
+    judged: the last line, unfinished, may still grow into something else. One per request."""
+
+    def __init__(self, suffix: str, *, prefix: str = "", language: str | None = None) -> None:
+        self.around = _Around(prefix, suffix, language)
+
+    def __call__(self, text: str) -> bool:
+        if _SPECIAL.search(text) or _FENCE in text:
+            return True
+        if "\n" not in text:
+            return False
+        if self.around.held_to_line:
+            return True  # held to its first line, which is whole
+        whole = text[: text.rfind("\n")]
+        lines = whole.split("\n")
+        if any(line.strip() in self.around.anchors or _PROSE.match(line) for line in lines[1:]):
+            return True
+        return _block_extent(read_lines(whole, self.around.language), self.around) < len(lines)
 
 
-def _block_extent(lines: list[Line], prefix: str, suffix: str, language: str | None) -> tuple[int, int | None]:
-    """How many of the completion's ``lines`` belong to the block at the cursor, and the indentation of the
-    code after the cursor (None: none follows)."""
-    line_before = prefix.rsplit("\n", 1)[-1]
+def _block_extent(lines: list[Line], around: _Around) -> int:
+    """How many of the completion's ``lines`` belong to the block at the cursor."""
+    line_before = around.line_before
     # The first line continues the cursor's line: its indentation is the line's own.
     first_indent = len(line_before) - len(line_before.lstrip()) if line_before.strip() else \
         len(line_before) + lines[0].indent
-    rest_of_line = suffix.split("\n", 1)[0]
-    if rest_of_line.strip():  # a cursor before code on its line: that code is what follows
-        after_indent: int | None = len(line_before) + len(rest_of_line) - len(rest_of_line.lstrip())
-    else:
-        after_indent = first_code_indent(suffix.split("\n", 1)[1] if "\n" in suffix else "")
     # Python: a line back at the indentation of the cursor's function's own ``def`` (the next method) has left it
-    function = function_indent(prefix, first_indent) if language in INDENTED_BLOCKS else None
-    return (_block_end(lines, first_indent, after_indent, outer_body_indent(prefix), function, suffix, language),
-            after_indent)
+    return _block_end(lines, first_indent, around.after_indent, around.outer_indent, around.function(first_indent),
+                      around.suffix, around.language)
 
 
-def _complete_block(text: str, prefix: str, suffix: str, language: str | None, cut_at_limit: bool) -> str:
+def _complete_block(text: str, around: _Around, cut_at_limit: bool) -> str:
     """A completion from a line start or the end of a line: the block it writes, finished."""
+    language, after_indent = around.language, around.after_indent
     lines = read_lines(text, language)
-    end, after_indent = _block_extent(lines, prefix, suffix, language)
+    end = _block_extent(lines, around)
     limit_cut = cut_at_limit and end == len(lines)
     lines = lines[:end]
     if limit_cut and len(lines) > 1:

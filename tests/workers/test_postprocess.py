@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.postprocess import clean_completion, completion_settled
+from workers.postprocess import CompletionSettled, clean_completion
 
 
 def test_plain_completion_unchanged() -> None:
@@ -198,7 +198,7 @@ def test_python_function_in_a_block_of_a_function_ends_at_its_own_def() -> None:
     assert cleaned == "            return 1\n        return 0"
 
 
-# --- stopping the engine early (completion_settled) ---
+# --- stopping the engine early (CompletionSettled) ---
 
 _PREFIXES = ["def f(a, b):\n    return ", "class A:\n    def m(self):\n        ", "x = [\n    ", "def g(x):\n    if x",
              "", "int f() {\n    ", "def h():\n    y = compute("]
@@ -216,25 +216,27 @@ def test_stopping_where_settled_changes_nothing_the_editor_gets(prefix: str, suf
                                                                lines: list[str], finish: str) -> None:
     full = "\n".join(lines)
     expected = clean_completion(full, suffix, prefix=prefix, language=language, finish_reason=finish)
+    settled = CompletionSettled(suffix, prefix=prefix, language=language)  # one per request, asked at every cut
     for cut in range(len(full) + 1):
-        if completion_settled(full[:cut], suffix, prefix=prefix, language=language):
+        if settled(full[:cut]):
             assert clean_completion(full[:cut], suffix, prefix=prefix, language=language,
                                     finish_reason="stop") == expected, cut
 
 
 def test_settled_at_a_line_that_retypes_the_code_after_the_cursor() -> None:
-    suffix = "\n\n\ndef sub(a, b):\n    return a - b\n"
-    assert not completion_settled("a + b\n\n", suffix, prefix="def f(a, b):\n    return ", language="python")
-    assert completion_settled("a + b\n\n\ndef sub(a, b):\n", suffix, prefix="def f(a, b):\n    return ",
-                              language="python")
+    settled = CompletionSettled("\n\n\ndef sub(a, b):\n    return a - b\n", prefix="def f(a, b):\n    return ",
+                                language="python")
+    assert not settled("a + b\n\n")
+    assert settled("a + b\n\n\ndef sub(a, b):\n")
 
 
 def test_settled_for_a_mid_line_cursor_once_its_line_ends() -> None:
-    assert not completion_settled("a + b", ")\n", prefix="    return (", language="python")
-    assert completion_settled("a + b\n", ")\n", prefix="    return (", language="python")
+    settled = CompletionSettled(")\n", prefix="    return (", language="python")
+    assert not settled("a + b")
+    assert settled("a + b\n")
 
 
 def test_not_settled_while_the_block_goes_on() -> None:
-    prefix, suffix = "def f(x):\n    if x:\n", "\n    return y\n"
-    assert not completion_settled("        y = 1\n        z = 2\n", suffix, prefix=prefix, language="python")
-    assert completion_settled("        y = 1\nprint(y)\n", suffix, prefix=prefix, language="python")
+    settled = CompletionSettled("\n    return y\n", prefix="def f(x):\n    if x:\n", language="python")
+    assert not settled("        y = 1\n        z = 2\n")
+    assert settled("        y = 1\nprint(y)\n")

@@ -49,7 +49,7 @@ from workers.completion.observe import Observer, observe_retrieval
 from workers.completion.request import parse_request, within_size_limit
 from workers.file_store import FileStore
 from workers.grants import Caller, Grants
-from workers.postprocess import clean_completion, completion_settled
+from workers.postprocess import CompletionSettled, clean_completion
 from workers.telemetry import TelemetryWriter
 
 log = logging.getLogger("ctxpress.worker.completion")
@@ -237,7 +237,7 @@ class CompletionService:
 
     async def _infer(self, request: CompletionRequest, built: Prompt, left_s: float) -> CompletionResult:
         # the engine stops once what the editor gets can no longer change (early_stop)
-        settled = functools.partial(completion_settled, suffix=built.prepared.suffix, prefix=built.prepared.prefix,
+        settled = CompletionSettled(built.prepared.suffix, prefix=built.prepared.prefix,
                                     language=built.prepared.language)
         try:
             with self.engine_load.track():
