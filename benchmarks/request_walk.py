@@ -1,8 +1,8 @@
 """The walk of one request through the project's modules: how far the in-file context of one completion
 wanders, measured so that a restructuring can be judged by it (issue #33).
 
-One cold request (a fresh file session: the parse and warm-up included) on SQLAlchemy's engine/result.py is
-traced with ``sys.setprofile``. The *current module* is the module of the innermost project frame; each change
+One cold request (a fresh file session: the parse and warm-up included; with ``--after``, a jump in the open
+file) on SQLAlchemy's engine/result.py is traced with ``sys.setprofile``. The *current module* is the module of the innermost project frame; each change
 of it starts a *stay*; calls from one stay into the same module (a loop, a generator resumed) are one step.
 Reported:
 
@@ -12,7 +12,7 @@ Reported:
   control handed back up through a callback or a closure;
 - crossings between top-level packages, each direction.
 
-    python -m benchmarks.request_walk [--sequence] [--fold-leaves]
+    python -m benchmarks.request_walk [--sequence] [--fold-leaves] [--after LINE]
 """
 
 from __future__ import annotations
@@ -121,12 +121,16 @@ class Walk:
         return Counter((a, b) for a, b in packages if a != b)
 
 
-def one_request(settings: Settings, count_tokens: Callable[[str], int]) -> Callable[[], object]:
-    """The traced call: the in-file context of one cold request, as the completion worker prepares it."""
+def one_request(settings: Settings, count_tokens: Callable[[str], int], after: int | None = None
+                ) -> Callable[[], object]:
+    """The traced call: the in-file context of one request, as the completion worker prepares it: the file's first
+    (cold: its parse and warm-up included) or, ``after`` a request at that line, a jump in an open file."""
     text, _ = cut_out((third_party_root() / FILE).read_text(encoding="utf-8"), LINE, COLUMN)
     request = CompletionRequest(repository="sqlalchemy", path=FILE, text=text, line=LINE, column=COLUMN)
     preparer = ContextPreparer(settings, count_tokens, FileSessions())
     digest = content_hash(text)
+    if after is not None:
+        preparer.prepare(request.model_copy(update={"line": after, "column": 0}), text, digest)
     return lambda: preparer.prepare(request, text, digest)
 
 
@@ -135,12 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sequence", action="store_true", help="print every stay")
     p.add_argument("--fold-leaves", action="store_true",
                    help="count a call into a module that calls no other as part of its caller's stay")
+    p.add_argument("--after", type=int, metavar="LINE",
+                   help="trace a jump: the request that follows one at LINE (0-based) of the open file")
     args = p.parse_args(argv)
     # the profiler slows the assembly many times over: its deadline must not cut the walk short
     settings = get_settings().model_copy(update={"assembly_timeout_ms": 600_000.0})
     count_tokens = load_tokenizer(settings)
     warm_up()  # the grammars' loading is the process's, not the request's
-    call = one_request(settings, count_tokens)
+    call = one_request(settings, count_tokens, args.after)
     ranks, roots = layer_ranks()
     walk = Walk(ranks, roots, skip=__name__)
     sys.setprofile(walk.profile)

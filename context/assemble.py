@@ -38,6 +38,7 @@ from context.sources.file_head import with_head
 from context.sources.whole_file import whole_file_context
 from context.sources.window import baseline_window, clamp_cursor
 from syntax.grammars import detect_language, is_supported
+from syntax.summaries import outline_of
 from syntax.symbols.table import cheap_symbols, extract_symbols
 
 log = logging.getLogger("ctxpress.context")
@@ -165,7 +166,7 @@ def _assemble(
     if parsed.tree.root_node.has_error and not table.symbols and text.strip():
         raise ParseFailure("no declarations recognised in an erroneous tree")
     clock.check("symbols")
-    a = Assembly(text, path, lang, line, column, options, parsed, table, count_tokens, clock)
+    a = Assembly(text, path, lang, line, column, options, parsed, table, outline_of(table), count_tokens, clock)
     if options.stable_head:
         a.head = session.file_head(table, lang, a.file_lines, int(options.budget_tokens * options.head_share), a.exact)
         clock.check("head")
@@ -219,7 +220,7 @@ def _steady(a: Assembly, session: FileSession, kept: steady.Kept) -> AssembledCo
     """The held excerpts, then the enclosing block rendered afresh; None when the cursor left the
     block they were chosen for, or the block alone no longer fits beside any of them."""
     held = kept.held
-    enc = find_enclosing(a.table, a.line, a.cursor_byte, a.budget, a.count_tokens, a.marker_tokens)
+    enc = find_enclosing(a.outline, a.line, a.cursor_byte, a.budget, a.count_tokens, a.marker_tokens)
     if enc.symbol is None or enc.name != held.block_name or enc.start_line != held.block_start:
         return None
     segments = [steady.moved(s, kept) for s in held.segments]

@@ -14,7 +14,7 @@ from context.sources.enclosing import Enclosing
 from context.sources.file_head import FileHead
 from ctxpress_core.wire.v1 import wire_lines
 from syntax.parsed_file import ParsedFile
-from syntax.summaries import elision_marker
+from syntax.summaries import Outline, elision_marker
 from syntax.symbols.model import FileSymbols
 
 
@@ -60,6 +60,7 @@ class Assembly:
     options: AssemblyOptions
     parsed: ParsedFile
     table: FileSymbols
+    outline: Outline
     count_tokens: TokenCounter  # memoised
     clock: Clock
     cursor_byte: int = 0

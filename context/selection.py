@@ -17,7 +17,7 @@ from context.sources.neighbours import neighbour_candidates
 from context.sources.recent_edits import recent_edit_candidates
 from context.sources.references import referenced_candidates
 from context.sources.similar import similar_candidates
-from syntax.symbols.model import FileSymbols
+from syntax.summaries import Outline
 
 # One referenced/edited block may take at most this share of the budget whole; beyond that its
 # summary is used, so that one large helper cannot crowd out every other signature.
@@ -35,7 +35,7 @@ def pack_beside(a: Assembly) -> Packed:
     leave the rendered prompt over it (markers, merges): it is cut again by the excess, at most three times."""
     enclosing_budget = a.budget
     for _attempt in range(3):
-        enc = find_enclosing(a.table, a.line, a.cursor_byte, enclosing_budget, a.count_tokens, a.marker_tokens)
+        enc = find_enclosing(a.outline, a.line, a.cursor_byte, enclosing_budget, a.count_tokens, a.marker_tokens)
         remaining = a.budget - enc.tokens - a.marker_tokens
         candidates, reserve = _candidates_beside(a, enc, remaining)
         a.clock.check("candidates")
@@ -57,13 +57,13 @@ def pack_beside(a: Assembly) -> Packed:
 def _candidates_beside(a: Assembly, enc: Enclosing, remaining: int) -> tuple[list[Candidate], int]:
     """Every source's candidates for the room ``remaining`` beside ``enc``, and the tokens held for the nearby
     lines (nearby_first)."""
-    candidates = _candidates(a.table, enc, a.line, a.options.recent_edit_lines)
+    candidates = _candidates(a.outline, enc, a.line, a.options.recent_edit_lines)
     if a.head is not None and a.head.imports:  # those the head could not show too (docs/context.md: measured)
         candidates = [c for c in candidates if c.key != "imports"]
     if a.options.similar:
         candidates += similar_candidates(a.parsed, a.line, a.column, enc.shown_ranges, a.estimate_lines,
                                          a.marker_tokens)
-    nearby = nearby_candidates(a.table, enc, a.estimate_lines, max(0, remaining), a.marker_tokens)
+    nearby = nearby_candidates(a.outline, enc, a.estimate_lines, max(0, remaining), a.marker_tokens)
     reserve = 0
     if a.options.nearby_first and nearby:
         # Measured on the long-file eval: the window-like lines above the block are worth more
@@ -126,26 +126,26 @@ def _drop_summary_forms(candidate: Candidate) -> bool:
 
 
 def _candidates(
-    table: FileSymbols, enc: Enclosing, line: int, recent_edit_lines: Sequence[tuple[int, int]]
+    outline: Outline, enc: Enclosing, line: int, recent_edit_lines: Sequence[tuple[int, int]]
 ) -> list[Candidate]:
-    parsed = table.parsed
+    parsed = outline.parsed
     sym = enc.symbol
     out: list[Candidate] = []
-    header = class_header_candidates(table, line, sym)
+    header = class_header_candidates(outline, line, sym)
     out += header
     covered = [(p.start_line, p.end_line) for c in header for p in c.forms[0].pieces]
     # References: from what the model will see of the enclosing block, nearest the cursor first.
     start = min(a for a, _ in enc.shown_ranges)
     end = max(b for _, b in enc.shown_ranges)
     region = (parsed.line_byte(start), parsed.line_end_byte(end))
-    refs = [c for c in referenced_candidates(table, region, line, sym)
+    refs = [c for c in referenced_candidates(outline, region, line, sym)
             if not any(a <= c.start_line and c.end_line <= b for a, b in covered)]
     out += refs
-    out += recent_edit_candidates(table, recent_edit_lines, line)
+    out += recent_edit_candidates(outline, recent_edit_lines, line)
     referenced_idx = {int(c.key.split(":")[1]) for c in refs if c.key.startswith("sym:")}
     used_names = set(parsed.text(*region).replace(".", " ").split()) if region[1] - region[0] < 200_000 else set()
-    out += import_candidates(table, _identifier_words(used_names), referenced_idx)
-    out += neighbour_candidates(table, line, sym, referenced_idx)
+    out += import_candidates(outline, _identifier_words(used_names), referenced_idx)
+    out += neighbour_candidates(outline, line, sym, referenced_idx)
     return merge_duplicates(out)
 
 

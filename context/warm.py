@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 
-from context.packing.blocks import summary_piece
 from context.packing.tokens import TokenCounter, exact_counter, memoized, warm_line_counts
 from context.session import FileSession
-from context.sources.imports import import_candidates
+from context.sources.imports import LISTED_KINDS
 from context.sources.similar import index_words
 from syntax.grammars import detect_language, is_supported
+from syntax.summaries import outline_of
 from syntax.symbols.table import extract_symbols
 
 
@@ -35,12 +35,11 @@ def warm_file(session: FileSession, text: str, language: str | None = None,
             # the rendered prompt is made.
             exact = exact_counter(counter)
             exact(text)
-            for group in import_candidates(table, set(), set()):
-                for piece in group.forms[0].pieces:
-                    exact(piece.text)
-            for sym in table.symbols:
-                piece = summary_piece(parsed, sym)
-                exact(piece.text)
-                if piece.open_text is not None:
-                    exact(piece.open_text)
+            outline = outline_of(table)
+            for sym, summary, head in zip(table.symbols, outline.summaries, outline.heads, strict=True):
+                exact(summary)
+                if sym.kind in LISTED_KINDS:
+                    exact(summary.lstrip())  # as the import and constant lists show it
+                if head is not None:
+                    exact(head)
     return (time.perf_counter() - t0) * 1000.0

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 
 from ctxpress_core.languages import LINE_COMMENT
 from syntax.parsed_file import ParsedFile
-from syntax.symbols.model import Symbol
+from syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
 
 BRACE_ELISION = "/* … */"
 PY_ELISION = "..."
@@ -204,3 +205,36 @@ def elision_marker(language: str, start_line: int, end_line: int, indent: str = 
     if start_line == end_line:
         return f"{indent}{comment} ... (line {start_line + 1} elided)\n"
     return f"{indent}{comment} ... (lines {start_line + 1}-{end_line + 1} elided)\n"
+
+
+@dataclass
+class Outline:
+    """Every declaration of one file version as an excerpt may show it, worked out once for that version: the
+    lines of its signature, its summary and, for a class-like or container block, its head alone (its members
+    may follow it). Lists by symbol index: the context sources read them rather than summarise again."""
+
+    table: FileSymbols
+    parsed: ParsedFile
+    headers: list[tuple[int, int]]  # header_line_range
+    summaries: list[str]  # summarize
+    heads: list[str | None]  # summarize(open_container=True); None: not class-like
+
+
+_OUTLINE_KEY = "outline"
+
+
+def outline_of(table: FileSymbols) -> Outline:
+    """The outline of ``table``'s file version (remembered with the version)."""
+    parsed = table.parsed
+    hit = parsed.derived.get(_OUTLINE_KEY)
+    if isinstance(hit, Outline) and hit.table is table:
+        return hit
+    syms = table.symbols
+    outline = Outline(
+        table, parsed,
+        headers=[header_line_range(parsed, s) for s in syms],
+        summaries=[summarize(parsed, s) for s in syms],
+        heads=[summarize(parsed, s, open_container=True) if s.is_container or s.kind in CLASS_KINDS else None
+               for s in syms])
+    parsed.derived[_OUTLINE_KEY] = outline
+    return outline

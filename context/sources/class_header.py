@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from context.packing.blocks import symbol_candidate
 from context.packing.pack import TIER_CLASS_HEADER, Candidate, Form, Piece
-from syntax.summaries import header_line_range, summarize
+from syntax.summaries import Outline
 from syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
 
 
@@ -34,8 +34,8 @@ def enclosing_class_symbols(table: FileSymbols, line: int, enclosing: Symbol | N
     return found
 
 
-def class_header_candidates(table: FileSymbols, line: int, enclosing: Symbol | None) -> list[Candidate]:
-    parsed = table.parsed
+def class_header_candidates(outline: Outline, line: int, enclosing: Symbol | None) -> list[Candidate]:
+    table, parsed = outline.table, outline.parsed
     classes = enclosing_class_symbols(table, line, enclosing)
     out: list[Candidate] = []
     rank = 0.0
@@ -44,8 +44,9 @@ def class_header_candidates(table: FileSymbols, line: int, enclosing: Symbol | N
         contains_cursor = cls.contains_line(line)
         if contains_cursor:
             # The head the cursor is inside of, rendered open: its members follow.
-            _first, last = header_line_range(parsed, cls)
-            head = summarize(parsed, cls, open_container=True)
+            last = outline.headers[cls.index][1]
+            head = outline.heads[cls.index]
+            assert head is not None  # (class-like)
             out.append(Candidate(
                 kind=cls.kind, name=cls.qualname, start_line=cls.start_line, end_line=last,
                 tier=TIER_CLASS_HEADER, rank=rank, reason=f"{cls.kind} enclosing the cursor: declaration head",
@@ -53,7 +54,7 @@ def class_header_candidates(table: FileSymbols, line: int, enclosing: Symbol | N
             ))
         else:
             # Go/Rust/C++: the type declared elsewhere; its fields are its body, keep it whole if possible.
-            out.append(symbol_candidate(parsed, cls, tier=TIER_CLASS_HEADER, rank=rank,
+            out.append(symbol_candidate(outline, cls, tier=TIER_CLASS_HEADER, rank=rank,
                                         reason=f"type of the enclosing {enclosing.kind if enclosing else 'code'}"))
     owners = {c.name for c in classes if c.kind not in ("impl",)} | {
         enclosing.owner for enclosing in [enclosing] if enclosing is not None and enclosing.owner}
@@ -63,7 +64,7 @@ def class_header_candidates(table: FileSymbols, line: int, enclosing: Symbol | N
         rank += 1
         pieces = [Piece(f.start_line, f.end_line, parsed.lines_text(f.start_line, f.end_line), verbatim=True)
                   for f in fields]
-        cheap = [Piece(f.start_line, f.end_line, summarize(parsed, f)) for f in fields]
+        cheap = [Piece(f.start_line, f.end_line, outline.summaries[f.index]) for f in fields]
         forms = [Form("whole", pieces)]
         if [p.text for p in cheap] != [p.text for p in pieces]:
             forms.append(Form("summary", cheap))
@@ -81,6 +82,6 @@ def class_header_candidates(table: FileSymbols, line: int, enclosing: Symbol | N
         if enclosing is not None and ctor.index == enclosing.index:
             continue
         rank += 1
-        out.append(symbol_candidate(parsed, ctor, tier=TIER_CLASS_HEADER, rank=rank,
+        out.append(symbol_candidate(outline, ctor, tier=TIER_CLASS_HEADER, rank=rank,
                                     reason="constructor of the enclosing class"))
     return out

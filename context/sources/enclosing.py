@@ -14,8 +14,8 @@ from context.model import ContextBlock
 from context.packing.pack import Piece, TokenCounter
 from context.packing.tokens import exact_counter, take_while_fits
 from syntax.parsed_file import ParsedFile
-from syntax.summaries import header_line_range
-from syntax.symbols.model import FileSymbols, Symbol
+from syntax.summaries import Outline
+from syntax.symbols.model import Symbol
 
 # Share of the enclosing block's budget given to the code after the cursor when it must be cut.
 SUFFIX_SHARE = 0.25
@@ -73,24 +73,24 @@ def _take_lines_forward(
 
 
 def find_enclosing(
-    table: FileSymbols,
+    outline: Outline,
     line: int,
     cursor_byte: int,
     budget: int,
     count_tokens: TokenCounter,
     marker_tokens: int,
 ) -> Enclosing:
-    parsed = table.parsed
-    sym = table.enclosing_function(line)
+    sym = outline.table.enclosing_function(line)
     if sym is not None:
-        return _function_block(parsed, sym, line, cursor_byte, budget, count_tokens, marker_tokens)
-    return _window(table, line, cursor_byte, budget, count_tokens)
+        return _function_block(outline, sym, line, cursor_byte, budget, count_tokens, marker_tokens)
+    return _window(outline, line, cursor_byte, budget, count_tokens)
 
 
 def _function_block(
-    parsed: ParsedFile, sym: Symbol, line: int, cursor_byte: int, budget: int,
+    outline: Outline, sym: Symbol, line: int, cursor_byte: int, budget: int,
     count_tokens: TokenCounter, marker_tokens: int,
 ) -> Enclosing:
+    parsed = outline.parsed
     start_byte = parsed.line_byte(sym.start_line)
     end_byte = parsed.line_end_byte(sym.end_line)
     prefix_text = parsed.text(start_byte, cursor_byte)
@@ -106,7 +106,7 @@ def _function_block(
             shown_ranges=[(sym.start_line, sym.end_line)], suffix_end_line=sym.end_line,
         )
     # Too big: signature + the lines nearest the cursor.
-    head_first, head_last = header_line_range(parsed, sym)
+    head_first, head_last = outline.headers[sym.index]
     pieces: list[Piece] = []
     head_tokens = 0
     if line > head_last:
@@ -141,11 +141,11 @@ def _function_block(
 
 
 def _window(
-    table: FileSymbols, line: int, cursor_byte: int, budget: int, count_tokens: TokenCounter,
+    outline: Outline, line: int, cursor_byte: int, budget: int, count_tokens: TokenCounter,
 ) -> Enclosing:
     """No enclosing function: the lines nearest the cursor, inside the innermost container."""
-    parsed = table.parsed
-    cls = table.enclosing_class(line)
+    parsed = outline.parsed
+    cls = outline.table.enclosing_class(line)
     first = cls.start_line if cls is not None else 0
     last = cls.end_line if cls is not None else parsed.line_count - 1
     share = int(budget * WINDOW_SHARE)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import re
 
 from context.packing.pack import TIER_IMPORTS, Candidate, Form, Piece
-from syntax.summaries import reduce_constant, reduce_import
-from syntax.symbols.model import FileSymbols, Symbol
+from syntax.summaries import Outline
+from syntax.symbols.model import Symbol
 
+# The kinds these lists show (dedented: see _group).
+LISTED_KINDS = frozenset({"import", "package", "constant"})
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -33,19 +35,18 @@ def _group(
                      tier=TIER_IMPORTS, rank=rank, reason=reason, forms=forms, key=kind)
 
 
-def import_candidates(table: FileSymbols, used_names: set[str], exclude: set[int]) -> list[Candidate]:
+def import_candidates(outline: Outline, used_names: set[str], exclude: set[int]) -> list[Candidate]:
     """``used_names``: identifiers of the code around the cursor (only used to choose a subset)."""
-    parsed = table.parsed
-    top = table.top_level()
+    top = outline.table.top_level()
     imports = [s for s in top if s.kind in ("import", "package")]
     constants = [s for s in top if s.kind == "constant" and s.index not in exclude]
     out: list[Candidate] = []
     if imports:
         out.append(_group("imports", f"imports ({len(imports)})", imports,
-                          [reduce_import(parsed, s) for s in imports], used_names, 0,
+                          [outline.summaries[s.index] for s in imports], used_names, 0,
                           "imports, reduced to names and aliases"))
     if constants:
         out.append(_group("constants", f"module constants ({len(constants)})", constants,
-                          [reduce_constant(parsed, s) for s in constants], used_names, 1,
+                          [outline.summaries[s.index] for s in constants], used_names, 1,
                           "module constants, names (and short values)"))
     return out

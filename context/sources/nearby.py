@@ -18,8 +18,8 @@ from __future__ import annotations
 from context.packing.pack import TIER_NEARBY, Candidate, Form, Piece
 from context.packing.tokens import LineRangeTokens
 from context.sources.enclosing import Enclosing
-from syntax.summaries import header_line_range
-from syntax.symbols.model import FileSymbols, Symbol
+from syntax.summaries import Outline
+from syntax.symbols.model import Symbol
 
 # More lines than this above the cursor's block are not worth their prefill cost.
 MAX_LINES = 240
@@ -27,26 +27,25 @@ MAX_LINES = 240
 MAX_FORMS = 24
 
 
-def _body_statement_lines(table: FileSymbols, sym: Symbol) -> list[int]:
+def _body_statement_lines(outline: Outline, sym: Symbol) -> list[int]:
     """First lines of the statements directly in ``sym``'s body (after its header)."""
     if sym.body_start_byte is None or sym.body_end_byte is None:
         return []
-    parsed = table.parsed
-    body = parsed.tree.root_node.descendant_for_byte_range(sym.body_start_byte, sym.body_end_byte)
+    body = outline.parsed.tree.root_node.descendant_for_byte_range(sym.body_start_byte, sym.body_end_byte)
     if body is None:
         return []
-    head_last = header_line_range(parsed, sym)[1]
+    head_last = outline.headers[sym.index][1]
     return [child.start_point[0] for child in body.named_children if child.start_point[0] > head_last]
 
 
-def _starts(table: FileSymbols, enc: Enclosing, top: int) -> list[tuple[int, Symbol | None]]:
+def _starts(outline: Outline, enc: Enclosing, top: int) -> list[tuple[int, Symbol | None]]:
     """Where an excerpt may start, nearest the enclosing block first, with the sibling whose
     body it starts in (None: it starts at a block boundary)."""
-    parsed = table.parsed
+    table, parsed = outline.table, outline.parsed
     parent = enc.symbol.parent if enc.symbol is not None else None
     floor = 0
     if parent is not None:  # the class head belongs to the class-header source
-        floor = header_line_range(parsed, table.symbols[parent])[1] + 1
+        floor = outline.headers[parent][1] + 1
     low = max(floor, top - MAX_LINES)
     siblings = [s for s in table.symbols
                 if s.parent == parent and s.end_line < top and s.start_line >= low]
@@ -56,7 +55,7 @@ def _starts(table: FileSymbols, enc: Enclosing, top: int) -> list[tuple[int, Sym
     # Inside the nearest sibling(s), statement starts give finer steps: a long method just
     # above the cursor's one need not be all or nothing.
     for sib in sorted(siblings, key=lambda s: -s.end_line)[:2]:
-        for line in _body_statement_lines(table, sib):
+        for line in _body_statement_lines(outline, sib):
             if low <= line < top and line not in out:
                 out[line] = sib
     if not siblings:  # a script, or a first method: paragraph starts after blank lines
@@ -80,23 +79,23 @@ def _starts(table: FileSymbols, enc: Enclosing, top: int) -> list[tuple[int, Sym
                 out.setdefault(sib.start_line, None)
             nearest = max(outer, key=lambda s: s.end_line, default=None)
             if nearest is not None:
-                for line in _body_statement_lines(table, nearest):
+                for line in _body_statement_lines(outline, nearest):
                     if outer_low <= line < cls.start_line:
                         out.setdefault(line, nearest)
     return sorted(out.items(), key=lambda item: -item[0])
 
 
 def nearby_candidates(
-    table: FileSymbols, enc: Enclosing, estimate_lines: LineRangeTokens, budget: int, marker_tokens: int
+    outline: Outline, enc: Enclosing, estimate_lines: LineRangeTokens, budget: int, marker_tokens: int
 ) -> list[Candidate]:
     top = min(a for a, _ in enc.shown_ranges)
     if top <= 0 or budget <= 0:
         return []
-    parsed = table.parsed
+    parsed = outline.parsed
     forms: list[Form] = []
     end = top - 1
     tokens = 0  # of the contiguous lines start..top-1, estimated step by step
-    for start, inside in _starts(table, enc, top):
+    for start, inside in _starts(outline, enc, top):
         if len(forms) >= MAX_FORMS:
             break
         tokens += estimate_lines(start, end)
@@ -104,7 +103,7 @@ def nearby_candidates(
         pieces = [Piece(start, top - 1, parsed.lines_text(start, top - 1), verbatim=True)]
         cost = tokens + marker_tokens
         if inside is not None:
-            head_first, head_last = inside.start_line, header_line_range(parsed, inside)[1]
+            head_first, head_last = inside.start_line, outline.headers[inside.index][1]
             head = parsed.lines_text(head_first, head_last)
             pieces.insert(0, Piece(head_first, head_last, head, verbatim=True))
             cost += estimate_lines(head_first, head_last) + marker_tokens

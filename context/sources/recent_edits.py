@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from context.packing.blocks import symbol_candidate
 from context.packing.pack import TIER_RECENT_EDIT, Candidate, Form, Piece
+from syntax.summaries import Outline
 from syntax.symbols.model import DECLARATION_KINDS, FileSymbols, Symbol
 
 MAX_LOOSE_EDIT_LINES = 20
@@ -25,11 +26,11 @@ def _innermost_overlapping(table: FileSymbols, start: int, end: int) -> Symbol |
 
 
 def recent_edit_candidates(
-    table: FileSymbols, ranges: Sequence[tuple[int, int]], cursor_line: int
+    outline: Outline, ranges: Sequence[tuple[int, int]], cursor_line: int
 ) -> list[Candidate]:
     out: list[Candidate] = []
     seen: set[int] = set()
-    parsed = table.parsed
+    table, parsed = outline.table, outline.parsed
     for order, (start, end) in enumerate(ranges):
         start, end = max(0, min(start, end)), max(start, end)
         if start >= parsed.line_count:
@@ -41,7 +42,7 @@ def recent_edit_candidates(
             if sym.index in seen or sym.contains_line(cursor_line):
                 continue
             seen.add(sym.index)
-            out.append(symbol_candidate(parsed, sym, tier=TIER_RECENT_EDIT, rank=order,
+            out.append(symbol_candidate(outline, sym, tier=TIER_RECENT_EDIT, rank=order,
                                         reason=f"recently modified (lines {start + 1}-{end + 1})"))
             continue
         end = min(end, start + MAX_LOOSE_EDIT_LINES - 1, parsed.line_count - 1)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from context.packing.blocks import symbol_candidate
 from context.packing.pack import TIER_REFERENCED, Candidate
+from syntax.summaries import Outline
 from syntax.symbols.model import DECLARATION_KINDS, FileSymbols, Symbol
 from syntax.symbols.references import Reference, line_references, references_in_range
 
@@ -116,14 +117,14 @@ def resolve(
 
 
 def referenced_candidates(
-    table: FileSymbols,
+    outline: Outline,
     region: tuple[int, int],
     cursor_line: int,
     enclosing: Symbol | None,
     exclude: set[int] | frozenset[int] = frozenset(),
 ) -> list[Candidate]:
     """Candidates for the symbols used in the byte range ``region``, nearest use first."""
-    parsed = table.parsed
+    table, parsed = outline.table, outline.parsed
     # only the names resolve() can match (locals and builtins make up most of a body)
     refs = references_in_range(parsed, region[0], region[1], _lookups(table).names)
     blanked = parsed.blanked_line
@@ -137,7 +138,7 @@ def referenced_candidates(
         sym = table.symbols[index]
         rank = dist - min(uses, 5) * 0.1  # distance first; repeated use breaks ties
         out.append(symbol_candidate(
-            table.parsed, sym, tier=TIER_REFERENCED, rank=rank,
+            outline, sym, tier=TIER_REFERENCED, rank=rank,
             reason=f"referenced near the cursor (line {first_line + 1}, {uses} use{'s' if uses > 1 else ''})",
         ))
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from syntax.parsed_file import parse_text
-from syntax.summaries import reduce_constant, reduce_import, summarize
+from syntax.summaries import header_line_range, outline_of, reduce_constant, reduce_import, summarize
 from syntax.symbols.table import extract_symbols
 
 CASES = {
@@ -58,3 +58,22 @@ def test_imports_reduced_to_names_and_constants_to_short_values() -> None:
     assert reduce_import(parsed, syms[0]) == "from a.b import (c, d as e)\n"
     assert reduce_constant(parsed, syms[1]) == "LIMIT = 10\n"
     assert reduce_constant(parsed, syms[2]) == "TABLE = ...\n"
+
+
+def test_the_outline_holds_each_declarations_forms_once_per_version() -> None:
+    """What the context sources read instead of summarising: the same texts as asked one at a time, worked
+    out once for a table, and again for another version's."""
+    text = ('import os\nLIMIT = 10\n\nclass K(Base):\n    """A thing."""\n    size: int = 0\n\n'
+            '    def grow(self, by: int) -> None:\n        self.size += by\n')
+    parsed = parse_text(text, "python")
+    table = extract_symbols(parsed)
+    outline = outline_of(table)
+    assert [s.kind for s in table.symbols][:3] == ["import", "constant", "class"]
+    assert outline.summaries == [summarize(parsed, s) for s in table.symbols]
+    assert outline.headers == [header_line_range(parsed, s) for s in table.symbols]
+    klass = table.symbols[2]
+    assert outline.heads[klass.index] == 'class K(Base):\n    """A thing."""\n'
+    assert [h is None for h in outline.heads] == [not (s.is_container or s.kind == "class") for s in table.symbols]
+    assert outline_of(table) is outline
+    other = parse_text(text.replace("grow", "shrink"), "python")
+    assert outline_of(extract_symbols(other)).summaries[-1].startswith("    def shrink(")
