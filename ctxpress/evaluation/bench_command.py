@@ -100,6 +100,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
                       typing_pauses=args.typing_pauses, accept_pause_s=args.accept_pause, features=features,
                       kv_pool_slots=settings.kv_pool_slots, jump_layouts=layouts)
     scenarios = args.scenario or list(DEFAULT_SCENARIOS)
+    if "host" in scenarios:
+        if scenarios != ["host"]:
+            print("error: --scenario host runs alone (it runs kernels, typing, jump, accept and load itself)",
+                  file=sys.stderr)
+            return 2
+        return _host(args)
     if "shards" in scenarios:
         if scenarios != ["shards"]:
             print("error: --scenario shards runs alone (it starts a topology of its own)", file=sys.stderr)
@@ -171,6 +177,20 @@ async def _peer_typing(binary: Path, typing_file: Path | None, cfg: Any, setting
     progress = Progress(cfg.typing_pauses, "peer")
     samples = await peer_typing(binary, Path(model), path, cfg, progress, threads=os.cpu_count() or 2)
     return summarise(samples)
+
+
+def _host(args: argparse.Namespace) -> int:
+    """This host's figures beside the goals, in one run (ctxpress.evaluation.host_report)."""
+    from ctxpress.evaluation.host_report import final_line, report_lines, run_host
+
+    if args.peer_server is not None and not args.peer_server.is_file():
+        print(f"error: --peer-server {args.peer_server}: no such file", file=sys.stderr)
+        return 2
+    parts, rows = run_host(args)
+    for line in report_lines(rows):
+        print(line)
+    print(final_line(parts, rows))
+    return 1 if any(p.error for p in parts) else 0
 
 
 def _kernels(args: argparse.Namespace, settings: Settings) -> int:

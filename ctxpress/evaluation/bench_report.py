@@ -31,6 +31,7 @@ def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[s
     out["latency_ms_p95"] = percentile(lat, 95) if lat else None
     out["latency_ms_mean"] = statistics.fmean(lat) if lat else None
     out["latency_ms_first"] = lat[0] if lat else None  # a replay's first request: what a cold start costs
+    out["prompt_tokens_first"] = ok[0].reply.get("context", {}).get("prompt_tokens") if ok else None
     busy = seconds if seconds is not None else sum(lat) / 1000
     out["throughput_rps"] = len(ok) / busy if busy else None
     prompt = sum(s.reply["context"].get("prompt_tokens") or 0 for s in ok)

@@ -41,6 +41,10 @@ EDITOR_TIMEOUT_MS = 30_000  # what `ctxpress lsp` gives a request by default
 MIN_LINES, MAX_LINES = 150, 4_000
 
 
+# The bar for a team's load: a request answered within this is one a developer waited for.
+ANSWER_WITHIN_MS = 5_000.0
+
+
 @dataclass
 class LoadConfig:
     editors: int = 8
@@ -215,6 +219,7 @@ def summary(result: LoadResult, load: LoadConfig) -> dict[str, Any]:
     first, last = result.memory[0], result.memory[-1]
     return {"editors": load.editors, "minutes": load.minutes, "files_typed": result.files_typed,
             "requests": len(result.samples), "answered": len(answered), "errors_by_code": dict(codes),
+            "answered_within_5s": sum(1 for ms in answered if ms <= ANSWER_WITHIN_MS),
             "latency_ms_p50": round(percentile(answered, 50)) if answered else None,
             "latency_ms_p95": round(percentile(answered, 95)) if answered else None,
             "rss_mib_start": first["rss_mib"], "rss_mib_end": last["rss_mib"],
@@ -223,7 +228,8 @@ def summary(result: LoadResult, load: LoadConfig) -> dict[str, Any]:
 
 def report_lines(s: dict[str, Any]) -> list[str]:
     lines = [f"[load] {s['editors']} editors, {s['minutes']:g} min, {s['files_typed']} files typed in",
-             f"  requests {s['requests']}, answered {s['answered']}, errors by code: {s['errors_by_code'] or 'none'}",
+             f"  requests {s['requests']}, answered {s['answered']} ({s['answered_within_5s']} within 5 s), errors by "
+             f"code: {s['errors_by_code'] or 'none'}",
              f"  latency of the answered: p50 {s['latency_ms_p50']} ms, p95 {s['latency_ms_p95']} ms" if s["answered"]
              else "  latency of the answered: none answered",
              f"  {'resident memory (MiB)':<24}" + "".join(f"{name:>18}" for name in s["rss_mib_end"])]

@@ -35,8 +35,10 @@ def test_the_memory_of_a_process_tree_counts_its_children() -> None:
 def test_the_report_shows_memory_per_part_over_time() -> None:
     sample = {"t_s": 0, "rss_mib": {"nats": 20.0, "triton": 900.0}, "caches": {"tree_cache_files": 3}}
     figures = {"editors": 8, "minutes": 5.0, "files_typed": 40, "requests": 100, "answered": 98,
-               "errors_by_code": {"overloaded": 2}, "latency_ms_p50": 800, "latency_ms_p95": 4000,
+               "answered_within_5s": 61, "errors_by_code": {"overloaded": 2}, "latency_ms_p50": 800,
+               "latency_ms_p95": 4000,
                "rss_mib_end": sample["rss_mib"], "caches_end": sample["caches"],
                "memory_over_time": [sample, {**sample, "t_s": 300}]}
     text = "\n".join(report_lines(figures))
+    assert "(61 within 5 s)" in text
     assert "overloaded" in text and "at 300 s" in text and "tree_cache_files" in text and "900.0" in text
