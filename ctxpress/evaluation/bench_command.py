@@ -141,7 +141,11 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         busy.start()
         results = asyncio.run(run_bench(cfg, scenarios, typing_file, others))
         if args.peer_server is not None and "typing" in scenarios:
-            results["typing"]["peer"] = asyncio.run(_peer_typing(args.peer_server, typing_file, cfg, settings))
+            try:
+                results["typing"]["peer"] = asyncio.run(_peer_typing(args.peer_server, typing_file, cfg, settings))
+            except (OSError, RuntimeError) as exc:  # the peer's failure is the peer's: ours are still reported
+                print(f"error: the peer: {exc}", file=sys.stderr)
+                results["typing"]["peer"] = {"error": str(exc)[:500]}
         if args.via == "lsp":
             results["typing"].update(asyncio.run(_editor_typing(typing_file, cfg, settings, args.fast_typist)))
             straight = results["typing"].get("optimized", {}).get("client_added_ms_p50")

@@ -80,7 +80,7 @@ def run_part(name: str, arguments: list[str]) -> Part:
             print(line, file=sys.stderr)
     found = [line for line in lines if line.startswith("{")]
     if done.returncode != 0 or not found:
-        return Part(name, None, f"`ctxpress bench {' '.join(arguments)}` exited with {done.returncode}")
+        return Part(name, None, f"exited with {done.returncode} (its error is above)")
     return Part(name, json.loads(found[-1]))
 
 
@@ -137,6 +137,9 @@ def replay_rows(part: Part | None) -> list[Row]:
     typing = scenarios.get("typing", {})
     ours, peer = typing.get("optimized", {}), typing.get("peer")
     rows: list[Row] = []
+    if peer is not None and "error" in peer:
+        rows.append(Row("the peer (llama-server)", "failed", str(peer["error"]).splitlines()[0][:60], "-", None))
+        peer = None
     cold, peer_cold = ours.get("latency_ms_first"), (peer or {}).get("latency_ms_first")
     cold_ratio = _ratio(cold, peer_cold)
     tokens = ours.get("prompt_tokens_first")

@@ -73,9 +73,9 @@ def test_figures_that_reach_the_goals_are_met_and_the_others_not() -> None:
 
 
 def test_a_part_that_failed_is_reported_and_nothing_is_judged_from_it() -> None:
-    rows = rows_of({"kernels": Part("kernels", None, "`ctxpress bench --scenario kernels` exited with 2"),
+    rows = rows_of({"kernels": Part("kernels", None, "exited with 2 (its error is above)"),
                     "load": load(0, 0)}, 8, 5.0)
-    assert rows[0].ours.endswith("exited with 2") and rows[0].met is None
+    assert rows[0].ours.startswith("exited with 2") and rows[0].met is None
     assert any(r.ours == "not run" for r in rows)  # the replays
     assert all(r.met is None for r in rows)  # a load with no requests proves nothing either way
     text = "\n".join(report_lines(rows))
@@ -100,3 +100,14 @@ def test_the_host_scenario_runs_alone(capsys: Any, tmp_path: Path) -> None:
     assert "runs alone" in capsys.readouterr().err
     assert main(["bench", "--scenario", "host", "--peer-server", str(tmp_path / "missing")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_a_peer_that_failed_is_said_and_ours_are_still_judged() -> None:
+    part = replays(2_500, 9_000, 400, 3_000, 2_900, 0, 0)
+    assert part.figures is not None
+    part.figures["scenarios"]["typing"]["peer"] = {"error": "llama-server exited with -11: ...\nmore"}
+    rows = rows_of({"replays": part}, 8, 5.0)
+    peer = next(r for r in rows if r.figure == "the peer (llama-server)")
+    assert peer.ours == "failed" and peer.beside == "llama-server exited with -11: ..."
+    typing = next(r for r in rows if r.figure.startswith("typing replay"))
+    assert typing.beside == "no peer" and typing.met is True
