@@ -2,8 +2,9 @@
 wanders, measured so that a restructuring can be judged by it (issue #33).
 
 One cold request (a fresh file session: the parse and warm-up included; with ``--after``, a jump in the open
-file) on SQLAlchemy's engine/result.py is traced with ``sys.setprofile``. The *current module* is the module of the innermost project frame; each change
-of it starts a *stay*; calls from one stay into the same module (a loop, a generator resumed) are one step.
+file) on SQLAlchemy's engine/result.py is traced with ``sys.setprofile``. The *current module* is the module
+of the innermost project frame; each change of it starts a *stay*; calls from one stay into the same module (a
+loop, a generator resumed) are one step.
 Reported:
 
 - stays, and the modules entered (distinct);
