@@ -96,6 +96,7 @@ def _benchmark(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     data = args.data or default_data_dir()
     try:
+        features = parse_list(args.features) if args.features else None
         every = load_tasks(args.benchmark, data)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -116,7 +117,7 @@ def _benchmark(args: argparse.Namespace, settings: Settings) -> int:
                              args.max_tokens or settings.default_max_tokens,
                              peer_server=None if args.canonical else args.peer_server, model=model,
                              peer_threads=os.cpu_count() or 2, test_timeout_s=args.test_timeout,
-                             canonical=args.canonical, features=parse_list(args.features) if args.features else None)
+                             canonical=args.canonical, features=features)
     load_before = _load_average()
     try:
         rows = asyncio.run(run_benchmark(tasks, config, args.out))

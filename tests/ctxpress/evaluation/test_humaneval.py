@@ -151,6 +151,13 @@ def test_an_unknown_benchmark_is_refused(tmp_path: Path) -> None:
         load_tasks("humaneval-everything", tmp_path)
 
 
+def test_an_unknown_feature_is_refused_with_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from ctxpress.cli import main
+
+    assert main(["eval", "--benchmark", "humaneval-single", "--limit", "1", "--features=-bogus"]) == 2
+    assert "unknown feature 'bogus'" in capsys.readouterr().err
+
+
 def test_the_plain_fim_prompt_is_prefix_suffix_middle() -> None:
     assert plain_fim_prompt(TOY) == ("<|fim_prefix|>" + TOY.prompt + "<|fim_suffix|>\n" + TOY.suffix
                                      + "<|fim_middle|>")
