@@ -214,10 +214,13 @@ class Outline:
     may follow it). Lists by symbol index: the context sources read them rather than summarise again."""
 
     table: FileSymbols
-    parsed: ParsedFile
     headers: list[tuple[int, int]]  # header_line_range
     summaries: list[str]  # summarize
     heads: list[str | None]  # summarize(open_container=True); None: not class-like
+
+    @property
+    def parsed(self) -> ParsedFile:
+        return self.table.parsed
 
 
 _OUTLINE_KEY = "outline"
@@ -231,7 +234,7 @@ def outline_of(table: FileSymbols) -> Outline:
         return hit
     syms = table.symbols
     outline = Outline(
-        table, parsed,
+        table,
         headers=[header_line_range(parsed, s) for s in syms],
         summaries=[summarize(parsed, s) for s in syms],
         heads=[summarize(parsed, s, open_container=True) if s.is_container or s.kind in CLASS_KINDS else None

@@ -10,10 +10,10 @@ import re
 
 from context.packing.pack import TIER_IMPORTS, Candidate, Form, Piece
 from syntax.summaries import Outline
-from syntax.symbols.model import Symbol
+from syntax.symbols.model import DECLARATION_KINDS, Symbol
 
 # The kinds these lists show (dedented: see _group).
-LISTED_KINDS = frozenset({"import", "package", "constant"})
+LISTED_KINDS = DECLARATION_KINDS | {"constant"}
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -38,7 +38,7 @@ def _group(
 def import_candidates(outline: Outline, used_names: set[str], exclude: set[int]) -> list[Candidate]:
     """``used_names``: identifiers of the code around the cursor (only used to choose a subset)."""
     top = outline.table.top_level()
-    imports = [s for s in top if s.kind in ("import", "package")]
+    imports = [s for s in top if s.kind in DECLARATION_KINDS]
     constants = [s for s in top if s.kind == "constant" and s.index not in exclude]
     out: list[Candidate] = []
     if imports:
