@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +33,6 @@ TYPING_P50_MS, TYPING_VS_PEER = 500.0, 0.15
 ACCEPT_WITHIN_50MS_SHARE = 0.5
 LOAD_WITHIN_5S_SHARE = 0.5
 LOAD_ANSWER_MS = 5_000.0
-
-Run = Callable[[str, list[str]], "Part"]
-
 
 @dataclass
 class Part:
@@ -84,12 +81,12 @@ def run_part(name: str, arguments: list[str]) -> Part:
     return Part(name, json.loads(found[-1]))
 
 
-def run_host(options: Any, run: Run = run_part) -> tuple[list[Part], list[Row]]:
+def run_host(options: Any) -> tuple[list[Part], list[Row]]:
     parts: list[Part] = []
     plan = part_arguments(options)
     for index, (name, arguments) in enumerate(plan, start=1):
         print(f"[host {index}/{len(plan)}] {name}: ctxpress bench {' '.join(arguments)}", file=sys.stderr, flush=True)
-        parts.append(run(name, arguments))
+        parts.append(run_part(name, arguments))
     return parts, rows_of({p.name: p for p in parts}, options.editors, options.minutes)
 
 
