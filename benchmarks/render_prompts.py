@@ -6,7 +6,9 @@ pause to pause), each prompt's text and FIM markers written one JSON line per re
 are compared with ``cmp``. Cross-file retrieval is left out: it needs the index and its timeout makes it
 depend on the machine's load.
 
-    python -m benchmarks.render_prompts --out before.jsonl
+    python -m benchmarks.render_prompts --out before.jsonl [--cases held-out.jsonl]
+
+``--cases``: another case set (``ctxpress eval make-cases``) instead of the long-eval cases, no typing replay.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from context.build import ContextLibrary, FileView
 from ctxpress.evaluation.bench import third_party_root
 from ctxpress.evaluation.bench_config import BenchConfig
-from ctxpress.evaluation.cases import cut_out, make_cases
+from ctxpress.evaluation.cases import cut_out, make_cases, read_cases
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.typing_replay import typing_plan
 from ctxpress_core.settings import get_settings
@@ -47,22 +49,23 @@ async def _prompt(library: ContextLibrary, request: CompletionRequest) -> dict[s
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.render_prompts", description=__doc__)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--cases", type=Path, help="a case set of ctxpress eval make-cases (then no typing replay)")
     args = p.parse_args(argv)
     # a generous assembly deadline: a prompt must not depend on how busy the machine is
     settings = get_settings().model_copy(update={"assembly_timeout_ms": 60_000.0})
     library = ContextLibrary(settings, load_tokenizer(settings), settings.model_name)
     root = third_party_root()
-    cases = make_cases(root, LONG_CASES, LONG_SEED, LONG_MIN_LINES)
+    cases = read_cases(args.cases) if args.cases else make_cases(root, LONG_CASES, LONG_SEED, LONG_MIN_LINES)
     cfg = BenchConfig(settings.effective_nats_url(), settings.completion_subject, modes=["optimized"],
                       typing_pauses=TYPING_PAUSES)
     typing_file = root / "engine" / "result.py"
-    _opened, _line, steps = typing_plan(typing_file, cfg)
+    _opened, _line, steps = typing_plan(typing_file, cfg) if not args.cases else (None, None, [])
     progress = Progress(len(cases) + len(steps), "rendering prompts")
     with args.out.open("w", encoding="utf-8") as out:
         for case in cases:
-            text = (root / case.path).read_text(encoding="utf-8")
+            text = (Path(case.repo) / case.path).read_text(encoding="utf-8")
             cut, _ = cut_out(text, case.line, case.column)
-            request = CompletionRequest(repository="sqlalchemy", path=case.path, text=cut, line=case.line,
+            request = CompletionRequest(repository=Path(case.repo).name, path=case.path, text=cut, line=case.line,
                                         column=case.column, mode="optimized")
             out.write(json.dumps({"set": "long", **asyncio.run(_prompt(library, request))}) + "\n")
             progress.advance(case.path)

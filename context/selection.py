@@ -26,7 +26,7 @@ MAX_WHOLE_SHARE = 0.25
 # while the class header, references, edits and imports are packed (they keep their order and
 # report, but take whole bodies only from what is left; cheap signatures still fit).
 NEARBY_FIRST_SHARE = 0.6
-# Dropped blocks retried against the real rendered count (each retry renders and counts once).
+# Dropped blocks retried against the real rendered count (at most one render and count each).
 SECOND_CHANCE_MAX = 6
 
 
@@ -96,8 +96,10 @@ def _shed(a: Assembly, enc: Enclosing, chosen: list[Candidate], dropped: list[Ca
 
 
 def _second_chance(a: Assembly, packed: Packed) -> None:
-    """The estimate is pessimistic (a marker per piece): offer the slack of the real count to
-    the dropped blocks, by their estimates, then verify with one more real count."""
+    """The estimate is pessimistic (a marker per piece): offer the slack of the real count to the dropped
+    blocks, by their estimates and in priority order, then verify with a real count; while that is over
+    the budget, the lowest-priority block added goes back out (not all of them: one that does not fit
+    must not keep out those that do)."""
     slack = a.budget - packed.total
     added: list[Candidate] = []
     for cand in sorted(packed.dropped, key=lambda c: c.priority)[:SECOND_CHANCE_MAX]:
@@ -106,18 +108,16 @@ def _second_chance(a: Assembly, packed: Packed) -> None:
             cand.chosen = fitting[0]
             slack -= fitting[0].tokens - a.marker_tokens
             added.append(cand)
-    if not added:
-        return
-    trial = a.render([*packed.chosen, *added], packed.enc)
-    trial_total = a.prompt_tokens(trial.prefix, trial.suffix)
-    if trial_total <= a.budget:
-        packed.chosen += added
-        for cand in added:
-            packed.dropped.remove(cand)
-        packed.rendered, packed.total = trial, trial_total
-    else:
-        for cand in added:
-            cand.chosen = None
+    while added:
+        trial = a.render([*packed.chosen, *added], packed.enc)
+        trial_total = a.prompt_tokens(trial.prefix, trial.suffix)
+        if trial_total <= a.budget:
+            packed.chosen += added
+            for cand in added:
+                packed.dropped.remove(cand)
+            packed.rendered, packed.total = trial, trial_total
+            return
+        added.pop().chosen = None
 
 
 def _drop_summary_forms(candidate: Candidate) -> bool:

@@ -106,7 +106,10 @@ class Settings(BaseSettings):
     context_head_share: float = Field(default=DEFAULT_HEAD_SHARE, ge=0.0, le=0.9)
     # Above this much CPU time, optimized context assembly gives up and the baseline window is used.
     assembly_timeout_ms: float = 20.0
-    default_max_tokens: int = 64
+    # Where the editor does not say (Tabby's door, `ctxpress lsp`, the evals). A block completion stops where its
+    # block ends (early_stop), a line completion at its line's end: the limit is reached only by long blocks,
+    # which 64 tokens cut (docs/quality.md, multi-line).
+    default_max_tokens: int = 128
     # `ctxpress lsp`: milliseconds to wait after a keystroke before asking (0: adaptive).
     lsp_debounce_ms: int = 0
     # `ctxpress lsp`: past this long writing, a suggestion ends at its next line end (the wire's max_decode_ms;

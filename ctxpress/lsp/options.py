@@ -22,7 +22,8 @@ class LspOptions(BaseModel):
     credentials: Path | None = None
     repository: str | None = Field(default=None, min_length=1, max_length=256)
     debounce_ms: int = Field(default=0, ge=0, le=5000, alias="debounceMs")
-    max_tokens: int = Field(default=64, ge=1, le=512, alias="maxTokens")
+    max_tokens: int = Field(default=Settings.model_fields["default_max_tokens"].default, ge=1, le=512,
+                            alias="maxTokens")
     mode: str = Field(default="optimized", pattern="^(optimized|baseline)$")
     timeout_ms: int = Field(default=30_000, ge=100, le=600_000, alias="timeoutMs")
     # past this long writing, a suggestion ends at its next line end (llama.vim's t_max_predict_ms); None: no cap

@@ -16,11 +16,13 @@ from ctxpress.evaluation.humaneval import (
     choose,
     default_data_dir,
     editor_view,
+    first_line,
     load_tasks,
     paired,
     paired_lines,
     plain_fim_prompt,
     program,
+    quality,
     report_lines,
     run_benchmark,
     score_task,
@@ -185,6 +187,16 @@ def test_summary_counts_a_failed_request_as_a_miss() -> None:
     lines = report_lines("humaneval-single", {"optimized": figures},
                          {"n": 3, "total": 1033, "selection": "seeded sample, seed 0", "max_tokens": 64})
     assert "ctxpress optimized" in lines[2] and "33.3" in lines[2]
+    assert any("Qwen2.5-Coder-1.5B (base)" in line and "77.0" in line and "2409.12186" in line for line in lines)
+
+
+def test_the_first_line_is_scored_as_the_qwen_report_scores_it() -> None:
+    expected = "    return x + 1\n"
+    assert quality("    return x + 1\n    print(x)\n", expected)["first_line_match"] == 1.0
+    assert quality("    return x + 1\n    print(x)\n", expected)["exact_match"] == 0.0
+    assert quality("\n    return x + 1", expected)["first_line_match"] == 1.0  # a leading break: the next line
+    assert quality("    return x - 1\n    return x + 1", expected)["first_line_match"] == 0.0
+    assert first_line("") == "" and first_line("\n") == ""
 
 
 def test_paired_counts_only_the_tasks_where_the_arms_disagree() -> None:
