@@ -23,7 +23,7 @@ import aiohttp
 
 from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.bench_report import Sample
-from ctxpress.evaluation.peer import peer_reply, stop_process, vscode_request
+from ctxpress.evaluation.peer import LogFile, peer_reply, stop_process, vscode_request
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
 from ctxpress.evaluation.typing_replay import TypingStep, replay_typing, typing_plan
@@ -42,16 +42,17 @@ class BridgeProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in env.items() if k not in ("CTXPRESS_HTTP_TOKEN", "CTXPRESS_HTTP_TOKEN_FILE")}
         self.process: subprocess.Popen[bytes] | None = None
+        self.log: LogFile | None = None
 
     def __enter__(self) -> BridgeProcess:
-        self.process = subprocess.Popen(
+        self.log = LogFile()
+        self.process = self.log.start(
             [sys.executable, "-m", "ctxpress.cli", "serve-http", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            env=self.env)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                err = self.process.stderr.read().decode(errors="replace")[-2000:] if self.process.stderr else ""
-                raise RuntimeError(f"ctxpress serve-http exited with {self.process.returncode}: {err}")
+                raise RuntimeError(f"ctxpress serve-http exited with {self.process.returncode}: {self.log.tail()}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return self
@@ -62,6 +63,8 @@ class BridgeProcess:
 
     def __exit__(self, *_: object) -> None:
         stop_process(self.process)
+        if self.log is not None:
+            self.log.close()
 
 
 async def typing_via_infill(path: Path, cfg: BenchConfig, env: dict[str, str], progress: Progress) -> list[Sample]:

@@ -19,6 +19,7 @@ import asyncio
 import json
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -70,14 +71,15 @@ class PeerServer:
                         "-c", str(n_ctx), "-np", "1", "-t", str(threads), "-b", "1024", "-ub", "1024",
                         "--cache-reuse", str(CACHE_REUSE)]
         self.process: subprocess.Popen[bytes] | None = None
+        self.log: LogFile | None = None
 
     def __enter__(self) -> PeerServer:
-        self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.log = LogFile()
+        self.process = self.log.start(self.command)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                err = self.process.stderr.read().decode(errors="replace")[-2000:] if self.process.stderr else ""
-                raise RuntimeError(f"llama-server exited with {self.process.returncode}: {err}")
+                raise RuntimeError(f"llama-server exited with {self.process.returncode}: {self.log.tail()}")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -90,6 +92,8 @@ class PeerServer:
 
     def __exit__(self, *_: object) -> None:
         stop_process(self.process)
+        if self.log is not None:
+            self.log.close()
 
     def infill(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.post("/infill", body)
@@ -123,6 +127,25 @@ async def peer_typing(binary: Path, model: Path, path: Path, cfg: BenchConfig, p
             return (time.perf_counter() - started) * 1000, peer_reply(raw)
 
         return await replay_typing(steps, cfg, send, progress, "peer")
+
+
+class LogFile:
+    """Where a server the benchmark starts writes its log: a temporary file, not a pipe. Nobody reads a pipe while
+    the benchmark runs, and a server that logs every request blocks on its write once the pipe's buffer (64 KiB)
+    is full, leaving the request it was answering hanging (llama-server did, 150 requests into a benchmark)."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile()
+
+    def start(self, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=self.file)
+
+    def tail(self, chars: int = 2000) -> str:
+        self.file.seek(0)
+        return self.file.read().decode(errors="replace")[-chars:]
+
+    def close(self) -> None:
+        self.file.close()
 
 
 def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 10.0) -> None:

@@ -1,4 +1,5 @@
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -6,7 +7,7 @@ import pytest
 
 from ctxpress.evaluation.bench import TEAM_FILES, _team, third_party_root
 from ctxpress.evaluation.bench_config import BenchConfig
-from ctxpress.evaluation.peer import peer_reply, vscode_request
+from ctxpress.evaluation.peer import LogFile, peer_reply, vscode_request
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.typing_replay import pick_function, typing_pauses, typing_plan
 
@@ -111,3 +112,15 @@ def test_peer_server_errors_are_clear(tmp_path: Path, capsys: Any) -> None:
     binary.write_text("")
     assert main(["bench", "--scenario", "short", "--peer-server", str(binary)]) == 2
     assert "--scenario typing" in capsys.readouterr().err
+
+
+def test_a_started_server_that_logs_a_lot_is_never_blocked_by_its_log() -> None:
+    # 300 KB of log, more than a pipe's buffer holds: with the log on an unread pipe the child blocks for ever
+    log = LogFile()
+    child = log.start([sys.executable, "-c", "import sys; sys.stderr.write('x' * 300_000 + 'end'); sys.exit(3)"])
+    try:
+        assert child.wait(timeout=30) == 3
+        assert log.tail(10).endswith("xxxxxxxend")
+    finally:
+        child.kill()
+        log.close()
