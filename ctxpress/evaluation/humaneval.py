@@ -32,7 +32,7 @@ from typing import Any
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.runner import percentile
 from ctxpress.evaluation.sandbox import DEFAULT_TIMEOUT_S, Outcome, run_program
-from ctxpress.evaluation.scoring import edit_similarity, exact_match
+from ctxpress.evaluation.scoring import edit_similarity, exact_match, first_line
 
 # benchmark name -> (data file, whether the hole is whole lines)
 BENCHMARKS: dict[str, tuple[str, bool]] = {
@@ -123,11 +123,11 @@ def file_path(task: Task) -> str:
     return task.task_id.split("/", 1)[-1].replace("/", "_") + ".py"
 
 
-def first_line(completion: str) -> str:
+def reported_line(completion: str) -> str:
     """The completion's first line, or its second where it opens with a line break: the line the Qwen2.5-Coder
-    report's HumanEval-FIM exact match compares with the hole (its fim-bench's harness)."""
-    lines = completion.split("\n")
-    return lines[1] if completion.startswith("\n") and len(lines) > 1 else lines[0]
+    report's HumanEval-FIM exact match compares with the hole (its fim-bench's harness). Unlike the long eval's
+    ``first_line``, a leading break is skipped: here the cursor sits on a line of its own."""
+    return first_line(completion.removeprefix("\n"))
 
 
 def quality(completion: str, expected: str) -> dict[str, float]:
@@ -135,7 +135,7 @@ def quality(completion: str, expected: str) -> dict[str, float]:
     exact match of its first line alone (the published single-line metric)."""
     return {"exact_match": float(exact_match(completion, expected)),
             "edit_similarity": edit_similarity(completion, expected),
-            "first_line_match": float(exact_match(first_line(completion), expected))}
+            "first_line_match": float(exact_match(reported_line(completion), expected))}
 
 
 def score_task(task: Task, completion: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from ctxpress.evaluation.humaneval import (
     choose,
     default_data_dir,
     editor_view,
-    first_line,
     load_tasks,
     paired,
     paired_lines,
@@ -24,6 +23,7 @@ from ctxpress.evaluation.humaneval import (
     program,
     quality,
     report_lines,
+    reported_line,
     run_benchmark,
     score_task,
     sign_test_p,
@@ -196,7 +196,7 @@ def test_the_first_line_is_scored_as_the_qwen_report_scores_it() -> None:
     assert quality("    return x + 1\n    print(x)\n", expected)["exact_match"] == 0.0
     assert quality("\n    return x + 1", expected)["first_line_match"] == 1.0  # a leading break: the next line
     assert quality("    return x - 1\n    return x + 1", expected)["first_line_match"] == 0.0
-    assert first_line("") == "" and first_line("\n") == ""
+    assert reported_line("") == "" and reported_line("\n") == ""
 
 
 def test_paired_counts_only_the_tasks_where_the_arms_disagree() -> None:
