@@ -38,7 +38,7 @@ from context.sources.file_head import with_head
 from context.sources.whole_file import whole_file_context
 from context.sources.window import baseline_window, clamp_cursor
 from syntax.grammars import detect_language, is_supported
-from syntax.summaries import outline_of
+from syntax.summaries import outline_of, with_notes
 from syntax.symbols.table import cheap_symbols, extract_symbols
 
 log = logging.getLogger("ctxpress.context")
@@ -166,7 +166,8 @@ def _assemble(
     if parsed.tree.root_node.has_error and not table.symbols and text.strip():
         raise ParseFailure("no declarations recognised in an erroneous tree")
     clock.check("symbols")
-    a = Assembly(text, path, lang, line, column, options, parsed, table, outline_of(table), count_tokens, clock)
+    outline = with_notes(outline_of(table), options.notes) if options.notes else outline_of(table)
+    a = Assembly(text, path, lang, line, column, options, parsed, table, outline, count_tokens, clock)
     if options.stable_head:
         a.head = session.file_head(table, lang, a.file_lines, int(options.budget_tokens * options.head_share), a.exact)
         clock.check("head")
@@ -178,7 +179,7 @@ def _assemble_cursor_part(a: Assembly, session: FileSession) -> AssembledContext
     text, line, options, parsed, clock = a.text, a.line, a.options, a.parsed, a.clock
     # what the held excerpts were chosen with: any change chooses afresh
     steady_options = (a.lang, a.budget, options.summaries, options.nearby_first, options.similar, options.fill_below,
-                      options.stable_head)
+                      options.stable_head, len(options.notes))
     kept = (steady.lookup(session.steady, text, steady_options, options.recent_edit_lines)
             if options.steady_excerpts else None)
     if kept is not None:

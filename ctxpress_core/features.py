@@ -72,4 +72,6 @@ register("follow_up", "when a suggestion is answered, the one after it (as if it
          "while nothing else waits on the engine, and answers the request an editor sends after a Tab", default=False)
 register("early_stop", "the engine stops once the text the editor gets can no longer change (a mid-line cursor's "
          "line ended, the code after the cursor re-typed, the block left); off: it runs to max_tokens")
+register("model_notes", "a one-line note the model wrote at indexing time (CTXPRESS_WRITE_NOTES), shown in the "
+         "summary of a block with an opaque name and no docstring (syntax/notes.py)", default=False)
 register("prewarm", "on file_opened, process the stable part of the file's prompt in the background")

@@ -165,6 +165,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             " UNIQUE (repo_id, path, owner, symbol, content_hash)",
         ),
     ),
+    Migration(
+        8,
+        "model-written notes of the shared index's opaque blocks (syntax/notes.py), written in idle engine time",
+        (
+            # A row is asked for by the indexer (note NULL) and written by a completion worker; note_key hashes
+            # the block's text, so a row never describes another version of its block.
+            "CREATE TABLE block_notes ("
+            " repo_id integer NOT NULL REFERENCES repositories(id) ON DELETE CASCADE,"
+            " path text NOT NULL, note_key text NOT NULL, language text NOT NULL, source text NOT NULL,"
+            " note text, tries smallint NOT NULL DEFAULT 0, claimed_at timestamptz, written_at timestamptz,"
+            " PRIMARY KEY (repo_id, path, note_key))",
+            "CREATE INDEX block_notes_pending ON block_notes (repo_id, path) WHERE note IS NULL",
+        ),
+    ),
 )
 
 

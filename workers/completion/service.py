@@ -22,6 +22,7 @@ from context import prompt
 from context.build import ContextLibrary, FileView, Prompt
 from context.packing.tokens import memo_sizes
 from context.prepare import Prepared
+from context.sources.notes import NoteReader
 from context.sources.retrieval import Retriever
 from context.sources.window import MAX_LINE_CHARS, longest_line
 from context.warm import warm_file
@@ -45,6 +46,7 @@ from serving.fim import STOP_WORDS
 from workers import metrics
 from workers.completion.engine_load import EngineLoad
 from workers.completion.follow_up import Asked, FollowUps, accepted
+from workers.completion.notes import Activity
 from workers.completion.observe import Observer, observe_retrieval
 from workers.completion.request import parse_request, within_size_limit
 from workers.file_store import FileStore
@@ -72,6 +74,7 @@ class CompletionService:
         telemetry: TelemetryWriter | None = None,
         retriever: Retriever | None = None,
         grants: Grants | None = None,
+        notes: NoteReader | None = None,
     ) -> None:
         self.settings = settings
         self.grants = grants  # team mode: each request's user (from its subject) must hold a grant for its repository
@@ -80,16 +83,16 @@ class CompletionService:
         self.model_name = model_name
         self.files = FileStore()
         self.library = ContextLibrary(settings, count_tokens, model_name)
-        self.retriever = retriever  # None: no index (the cross-file chunks are left out)
+        self.retriever, self.notes = retriever, notes  # None: no index (no cross-file chunks, no notes)
+        self.activity = Activity()  # the note writer keeps off the engine while a request is held
         self.observe = Observer(telemetry)
         self.engine_load = EngineLoad()
         self._file_tokens_cache: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()  # pre-warm tasks (kept referenced)
         self.follow_ups = FollowUps()
-        # Work no live request waits for (warming an opened file, counting a whole file for the
-        # report) runs on one thread at the lowest CPU priority: on the embedded appliance it
-        # shares two cores with the engine, and at normal priority it slowed the prompt it ran
-        # beside (the long eval: ~1,000-token prompts took 13 s, 21-22 s beside a big file's warm-up).
+        # Work no live request waits for (warming an opened file, counting a whole file for the report) runs on
+        # one thread at the lowest CPU priority: on the embedded appliance it shares two cores with the engine,
+        # and at normal priority it slowed the prompt it ran beside (the long eval: 13 s prompts took 21-22 s).
         self._low_priority = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxpress-background",
                                                 initializer=_lowest_cpu_priority)
         # Requests by (user, the caller's request_id), for ``ctxpress.v1.cancel``: a user cancels only their own.
@@ -155,7 +158,7 @@ class CompletionService:
         """The pipeline: context, admission, inference, reply."""
         started = time.perf_counter()
         built = await self.library.build_prompt(request, FileView(text, digest, caller.user, caller.repositories),
-                                                self.retriever)
+                                                self.retriever, self.notes)
         prepared = built.prepared
         observe_retrieval(prepared.report.retrieval)
         context_ms = (time.perf_counter() - started) * 1000
