@@ -233,7 +233,7 @@ def chunk_file(path: str, text: str, language: str) -> FileChunks:
     result.imports = import_targets(path, language, [parsed.text(s.start_byte, s.end_byte) for s in imports])
     result.module_keys = module_keys(path, language)
     result.notes_wanted = list({note_key(parsed, s): note_source(parsed, s) for s in table.symbols
-                                if wants_note(s)}.items())
+                                if wants_note(parsed, s)}.items())
     seen: set[tuple[str, str]] = set()
     for sym in table.symbols:
         if sym.kind in FUNCTION_KINDS and sym.body_start_byte is not None:

@@ -24,7 +24,7 @@ GENERIC_WORDS: frozenset[str] = frozenset({
     "perform", "proc", "process", "run", "runner", "stuff", "thing", "tmp", "temp", "util", "visit", "work",
     "wrap", "wrapped", "wrapper",
 })
-# A block this short is shown whole when it is shown at all: a note would not add to it.
+# A body this short is shown whole when it is shown at all: a note would not add to it.
 MIN_BODY_LINES = 3
 # What the model is shown of a block (its start: the signature and the first statements say the most).
 MAX_SOURCE_CHARS = 3000
@@ -45,11 +45,13 @@ def opaque_name(name: str) -> bool:
     return bool(words) and all(w in GENERIC_WORDS or w.isdigit() for w in words)
 
 
-def wants_note(sym: Symbol) -> bool:
-    """Whether ``sym``'s structured summary says too little: a function or class-like block of a few lines or
-    more, with no docstring, whose name is opaque."""
-    return ((sym.kind in FUNCTION_KINDS or sym.kind in CLASS_KINDS) and sym.body_start_byte is not None
-            and not sym.doc and sym.end_line - sym.start_line >= MIN_BODY_LINES and opaque_name(sym.name))
+def wants_note(parsed: ParsedFile, sym: Symbol) -> bool:
+    """Whether ``sym``'s structured summary says too little: a function or class-like block whose body runs to a
+    few lines (a stub's ``...`` or a one-line body is all there is to show), with no docstring, whose name is
+    opaque."""
+    if sym.body_start_byte is None or not (sym.kind in FUNCTION_KINDS or sym.kind in CLASS_KINDS) or sym.doc:
+        return False
+    return sym.end_line - parsed.line_of(sym.body_start_byte) + 1 >= MIN_BODY_LINES and opaque_name(sym.name)
 
 
 def note_key(parsed: ParsedFile, sym: Symbol) -> str:

@@ -260,7 +260,7 @@ def with_notes(outline: Outline, notes: Mapping[str, str]) -> Outline:
         return hit[1]
     summaries, heads = list(outline.summaries), list(outline.heads)
     for sym in outline.table.symbols:
-        note = notes.get(note_key(parsed, sym)) if wants_note(sym) else None
+        note = notes.get(note_key(parsed, sym)) if wants_note(parsed, sym) else None
         if note is None:
             continue
         summaries[sym.index] = summarize(parsed, sym, doc=note)

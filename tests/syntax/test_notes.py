@@ -63,7 +63,7 @@ def test_an_opaque_name_says_what_kind_of_thing_not_what_it_does(name: str, opaq
 
 def test_only_long_enough_undocumented_blocks_with_opaque_names_want_a_note() -> None:
     table = _table(PY, "python")
-    wanted = {s.name for s in table.symbols if wants_note(s)}
+    wanted = {s.name for s in table.symbols if wants_note(table.parsed, s)}
     # load_config: its name says it; run: its docstring says it; cb: two lines, shown whole anyway
     assert wanted == {"f"}
 
@@ -117,6 +117,13 @@ def test_a_note_whose_block_changed_is_not_shown() -> None:
 def test_a_brace_language_summary_shows_the_note_as_a_doc_comment() -> None:
     table = _table(JS, "javascript")
     h = next(s for s in table.symbols if s.name == "h")
-    assert wants_note(h)
+    assert wants_note(table.parsed, h)
     noted = with_notes(outline_of(table), {note_key(table.parsed, h): "Adds up the numbers in xs. */ evil"})
     assert noted.summaries[h.index].splitlines()[0] == "/** Adds up the numbers in xs. * / evil */"
+
+
+def test_a_stub_with_a_long_signature_wants_no_note() -> None:
+    stub = "@overload\ndef op(\n    self,\n    operator: str,\n    precedence: int = 0,\n) -> Any:\n    ...\n"
+    table = _table(stub, "python")
+    (op,) = [s for s in table.symbols if s.name == "op"]
+    assert not wants_note(table.parsed, op)
