@@ -6,9 +6,10 @@ pause to pause), each prompt's text and FIM markers written one JSON line per re
 are compared with ``cmp``. Cross-file retrieval is left out: it needs the index and its timeout makes it
 depend on the machine's load.
 
-    python -m benchmarks.render_prompts --out before.jsonl [--cases held-out.jsonl]
+    python -m benchmarks.render_prompts --out before.jsonl [--cases held-out.jsonl] [--features=-similar]
 
 ``--cases``: another case set (``ctxpress eval make-cases``) instead of the long-eval cases, no typing replay.
+``--features``: switches as ``ctxpress eval --features`` takes them (which cursors a switch changes).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ctxpress.evaluation.bench_config import BenchConfig
 from ctxpress.evaluation.cases import cut_out, make_cases, read_cases
 from ctxpress.evaluation.progress import Progress
 from ctxpress.evaluation.typing_replay import typing_plan
+from ctxpress_core.features import parse_list
 from ctxpress_core.settings import get_settings
 from ctxpress_core.wire.v1 import CompletionRequest
 from workers.completion.worker import load_tokenizer
@@ -50,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.render_prompts", description=__doc__)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--cases", type=Path, help="a case set of ctxpress eval make-cases (then no typing replay)")
+    p.add_argument("--features", type=parse_list, default={}, help="e.g. -suffix_floor,+model_notes")
     args = p.parse_args(argv)
     # a generous assembly deadline: a prompt must not depend on how busy the machine is
     settings = get_settings().model_copy(update={"assembly_timeout_ms": 60_000.0})
@@ -66,12 +69,13 @@ def main(argv: list[str] | None = None) -> int:
             text = (Path(case.repo) / case.path).read_text(encoding="utf-8")
             cut, _ = cut_out(text, case.line, case.column)
             request = CompletionRequest(repository=Path(case.repo).name, path=case.path, text=cut, line=case.line,
-                                        column=case.column, mode="optimized")
+                                        column=case.column, mode="optimized", features=args.features or None)
             out.write(json.dumps({"set": "long", **asyncio.run(_prompt(library, request))}) + "\n")
             progress.advance(case.path)
         for step in steps:
             request = CompletionRequest(repository="sqlalchemy", path="engine/result.py", text=step.text,
-                                        line=step.line, column=step.column, mode="optimized")
+                                        line=step.line, column=step.column, mode="optimized",
+                                        features=args.features or None)
             out.write(json.dumps({"set": "typing", **asyncio.run(_prompt(library, request))}) + "\n")
             progress.advance("typing")
     print(f"{len(cases)} long-eval prompts and {len(steps)} typing-replay prompts written to {args.out}",

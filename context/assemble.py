@@ -32,7 +32,7 @@ from context.packing.pack import (
 from context.packing.tokens import TokenCounter, memoized
 from context.selection import pack_beside
 from context.session import FileSession
-from context.sources.below import fill_below
+from context.sources.below import fill_below, suffix_floor_hold
 from context.sources.enclosing import find_enclosing
 from context.sources.file_head import with_head
 from context.sources.whole_file import whole_file_context
@@ -179,7 +179,7 @@ def _assemble_cursor_part(a: Assembly, session: FileSession) -> AssembledContext
     text, line, options, parsed, clock = a.text, a.line, a.options, a.parsed, a.clock
     # what the held excerpts were chosen with: any change chooses afresh
     steady_options = (a.lang, a.budget, options.summaries, options.nearby_first, options.similar, options.fill_below,
-                      options.stable_head, len(options.notes))
+                      options.suffix_floor, options.stable_head, len(options.notes))
     kept = (steady.lookup(session.steady, text, steady_options, options.recent_edit_lines)
             if options.steady_excerpts else None)
     if kept is not None:
@@ -187,12 +187,20 @@ def _assemble_cursor_part(a: Assembly, session: FileSession) -> AssembledContext
         clock.check("steady")
         if held is not None:
             return held
-    packed = pack_beside(a)
+    floor = 0
+    if options.fill_below and options.suffix_floor:
+        enc = find_enclosing(a.outline, a.line, a.cursor_byte, a.budget, a.count_tokens, a.marker_tokens)
+        floor = suffix_floor_hold(parsed, enc, a.budget, a.exact(enc.suffix), a.estimate_lines)
+    a.held_below = floor
+    try:
+        packed = pack_beside(a)
+    finally:
+        a.held_below = 0
     enc, rendered, total, chosen = packed.enc, packed.rendered, packed.total, packed.chosen
     below: ContextBlock | None = None
     if options.fill_below:
         filled = fill_below(parsed, enc, chosen, total, a.budget, a.estimate_lines, a.prompt_tokens,
-                            lambda kept, suffix: a.render(kept, enc, suffix))
+                            lambda kept, suffix: a.render(kept, enc, suffix), held=floor)
         if filled is not None:
             rendered, total, chosen, below = filled
             clock.check("fill")
@@ -201,11 +209,15 @@ def _assemble_cursor_part(a: Assembly, session: FileSession) -> AssembledContext
         blocks.append(below)
     dropped = [_block(c, None, f"{c.drop_reason} ({c.reason})")
                for c in sorted(packed.dropped, key=lambda c: c.priority)]
-    if options.steady_excerpts and enc.symbol is not None and below is None:
+    # Held excerpts are rendered beside the block alone. The lines a short file is filled with would be cut as the
+    # block grows, so that file's excerpts are chosen afresh; those of the suffix floor are left out while typing:
+    # in the suffix, after the typed text, the engine would process them again at every keystroke.
+    if options.steady_excerpts and enc.symbol is not None and (below is None or floor):
         block_end = max(enc.end_line, line)
         session.steady = steady.Held(
             text=text, options=steady_options, block_name=enc.name, block_start=enc.start_line, block_end=block_end,
-            excerpt_text=rendered.excerpt_text, segments=rendered.segments, above=rendered.above, blocks=blocks[1:],
+            excerpt_text=rendered.excerpt_text, segments=rendered.segments, above=rendered.above,
+            blocks=blocks[1:len(blocks) - (below is not None)],
             dropped=dropped, outside_edits=frozenset(r for r in options.recent_edit_lines
                                                      if not (enc.start_line <= r[0] and r[1] <= block_end)))
     elif options.steady_excerpts:
@@ -226,10 +238,11 @@ def _steady(a: Assembly, session: FileSession, kept: steady.Kept) -> AssembledCo
         return None
     segments = [steady.moved(s, kept) for s in held.segments]
     excerpt_text, above = held.excerpt_text, held.above
+    suffix = enc.suffix
     first = enc.prefix_pieces[0].start_line if enc.prefix_pieces else enc.start_line
     for _attempt in range(4):
         prefix = excerpt_text + render_enclosing(enc.prefix_pieces, above, a.lang, a.file_lines)
-        total = a.exact(prefix) + a.exact(enc.suffix)
+        total = a.exact(prefix) + a.exact(suffix)
         if total <= a.budget:
             break
         if not segments:
@@ -252,7 +265,7 @@ def _steady(a: Assembly, session: FileSession, kept: steady.Kept) -> AssembledCo
         held, text=a.text, block_end=max(enc.end_line, a.line, held.block_end + kept.delta),
         excerpt_text=excerpt_text, segments=segments, above=above, blocks=blocks, dropped=dropped)
     return AssembledContext(
-        prefix=prefix, suffix=enc.suffix,
+        prefix=prefix, suffix=suffix,
         blocks=[enc.block(), *(replace(b, reason=f"{b.reason}; {steady.NOTE}") for b in blocks)],
         dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
         timings_ms=a.clock.timings, stable_chars=len(excerpt_text), steady=True,

@@ -80,11 +80,13 @@ class Assembly:
         self.file_lines = wire_lines(self.text)
 
     head: FileHead | None = None  # stable_head: what the cursor's part is assembled beside
+    held_below: int = 0  # suffix_floor: tokens the packing leaves for the lines below the enclosing block
 
     @property
     def budget(self) -> int:
-        """The cursor's part of the prompt: the budget less the file's head."""
-        return self.options.budget_tokens - (self.head.tokens if self.head is not None else 0)
+        """The cursor's part of the prompt: the budget less the file's head (and, while the excerpts are packed,
+        less what is held for the lines below)."""
+        return self.options.budget_tokens - (self.head.tokens if self.head is not None else 0) - self.held_below
 
     def prompt_tokens(self, prefix: str, suffix: str) -> int:
         return self.exact(prefix) + self.exact(suffix)

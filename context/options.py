@@ -41,6 +41,7 @@ class AssemblyOptions:
     similar: bool = _switch("similar")
     # in a short file, the budget left after packing goes to the lines below the block (below.py)
     fill_below: bool = _switch("fill_below")
+    suffix_floor: bool = _switch("suffix_floor")  # and in a longer file, a share of the budget held for them
     steady_excerpts: bool = _switch("steady_excerpts")
     stable_head: bool = _switch("stable_head")
     head_share: float = DEFAULT_HEAD_SHARE  # stable_head: the head's share of the budget

@@ -303,10 +303,39 @@ def test_budget_left_after_packing_goes_to_the_lines_below(count_tokens: Counter
     for b in on.blocks:
         if b.kind != "below" and b.start_line >= below[0].start_line:
             assert b.end_line > below[0].end_line, b
-    # A file of more than two budgets is not filled: its prompt is prefill time.
+    # A file of more than two budgets is not filled with the slack (its prompt is prefill time); only with what
+    # the suffix floor holds (next test).
     far = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens,
-                           options=replace(options, budget_tokens=count_tokens(text) // 3))
+                           options=replace(options, budget_tokens=count_tokens(text) // 3, suffix_floor=False))
     assert not any(b.kind == "below" for b in far.blocks)
+
+
+def test_a_long_file_holds_a_floor_of_the_budget_for_the_code_after_the_cursor(count_tokens: Counter) -> None:
+    text = _numbered_functions(120)
+    lines = text.splitlines(keepends=True)
+    line = lines.index("def step_60(value: int) -> int:\n") + 1  # the block ends a line after the cursor
+    column = len("    total = ")
+    budget = count_tokens(text) // 4  # a file of four budgets: the slack is not filled
+    options = AssemblyOptions(budget_tokens=budget, timeout_ms=2000)
+    off = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens,
+                           options=replace(options, suffix_floor=False))
+    session = FileSession("repo", "steps.py")
+    on = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens, options=options, session=session)
+    assert off.suffix.rstrip().endswith("return total - step_59(value)")  # the block's rest, nothing after it
+    assert on.suffix.startswith(off.suffix) and "def step_61(value: int) -> int:\n" in on.suffix
+    (below,) = [b for b in on.blocks if b.kind == "below"]
+    assert below.start_line == line + 2 and "suffix_floor" in below.reason
+    floor = budget // 8
+    assert count_tokens(on.suffix) >= floor - count_tokens("    return total - step_60(value)\n")
+    assert count_tokens(on.prefix) + count_tokens(on.suffix) <= budget
+    # typing on in the block: the excerpts stay as they were (the engine reuses their KV), and the lines below
+    # are left out (after the typed text, they would be processed again at every keystroke)
+    typed = text.replace("    total = value * 60 + 420\n", "    total = 1value * 60 + 420\n")
+    next_key = assemble_context(typed, "steps.py", line, column + 1, count_tokens=count_tokens, options=options,
+                                session=session)
+    assert next_key.steady
+    assert next_key.prefix[:next_key.stable_chars] == on.prefix[:on.stable_chars]
+    assert next_key.suffix == off.suffix and not any(b.kind == "below" for b in next_key.blocks)
 
 
 def test_a_whole_file_keeps_a_cursor_on_the_empty_line_after_the_last_newline(count_tokens: Counter) -> None:
