@@ -114,12 +114,14 @@ class NoteWriter:
                 self.interrupted += 1
                 metrics.NOTES.labels("interrupted").inc()
                 return 0.0
-        note: str | None
         try:
             note = task.result()
-        except Exception as exc:  # the engine failed on it: counted as a try
-            log.info("note for %s failed: %s", pending.path, exc)
-            note = None
+        except Exception as exc:  # the engine failed (down, restarting): the block is not to blame
+            log.info("note writer: the engine failed (%s: %s); trying again in %.0f s", type(exc).__name__, exc,
+                     EMPTY_POLL_S)
+            await asyncio.to_thread(self._with_session, store.release, pending)
+            metrics.NOTES.labels("engine_failed").inc()
+            return EMPTY_POLL_S
         await asyncio.to_thread(self._with_session, store.store_note, pending, note)
         self.written += note is not None
         metrics.NOTES.labels("written" if note is not None else "unusable").inc()

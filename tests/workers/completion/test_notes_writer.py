@@ -83,6 +83,11 @@ async def test_notes_are_asked_for_written_in_idle_time_and_shown_in_summaries(
     # g has an opaque name and no docstring, but holds a secret: its text is never stored for the writer
     assert _rows(url, repo) == {"def f(xs, kind):": (None, 0)}
 
+    # an engine that fails is not the block's fault: it is handed back untried, and the writer waits
+    failing = _writer(appliance, TritonCompletionClient("127.0.0.1:1"), Activity())
+    assert await asyncio.wait_for(failing.write_one_when_idle(asyncio.Event()), 60) > 0
+    assert _rows(url, repo) == {"def f(xs, kind):": (None, 0)}
+
     engine = TritonCompletionClient(appliance.settings.effective_triton_url())
     activity = Activity()
     writer = _writer(appliance, engine, activity)
