@@ -32,7 +32,7 @@ from context.packing.pack import (
 from context.packing.tokens import TokenCounter, memoized
 from context.selection import pack_beside
 from context.session import FileSession
-from context.sources.below import fill_below, suffix_floor_hold
+from context.sources.below import fill_below
 from context.sources.enclosing import find_enclosing
 from context.sources.file_head import with_head
 from context.sources.whole_file import whole_file_context
@@ -187,16 +187,8 @@ def _assemble_cursor_part(a: Assembly, session: FileSession) -> AssembledContext
         clock.check("steady")
         if held is not None:
             return held
-    floor = 0
-    if options.fill_below and options.suffix_floor:
-        enc = find_enclosing(a.outline, a.line, a.cursor_byte, a.budget, a.count_tokens, a.marker_tokens)
-        floor = suffix_floor_hold(parsed, enc, a.budget, a.exact(enc.suffix), a.estimate_lines)
-    a.held_below = floor
-    try:
-        packed = pack_beside(a)
-    finally:
-        a.held_below = 0
-    enc, rendered, total, chosen = packed.enc, packed.rendered, packed.total, packed.chosen
+    packed = pack_beside(a)
+    enc, rendered, total, chosen, floor = packed.enc, packed.rendered, packed.total, packed.chosen, packed.held_below
     below: ContextBlock | None = None
     if options.fill_below:
         filled = fill_below(parsed, enc, chosen, total, a.budget, a.estimate_lines, a.prompt_tokens,

@@ -105,3 +105,4 @@ class Packed:
     dropped: list[Candidate]
     rendered: Rendered
     total: int  # the rendered prompt's real token count
+    held_below: int = 0  # suffix_floor: tokens left for the lines below the block (context/sources/below.py)

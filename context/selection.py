@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from context.assembly import Assembly, BlockOverBudget, Packed
 from context.packing.pack import TIER_REFERENCED, Candidate, form_tokens, merge_duplicates, pack
+from context.sources.below import suffix_floor_hold
 from context.sources.class_header import class_header_candidates
 from context.sources.enclosing import Enclosing, find_enclosing
 from context.sources.imports import import_candidates
@@ -31,11 +32,22 @@ SECOND_CHANCE_MAX = 6
 
 
 def pack_beside(a: Assembly) -> Packed:
-    """The enclosing block and the excerpts that fit beside it. An enclosing block cut to the budget may still
-    leave the rendered prompt over it (markers, merges): it is cut again by the excess, at most three times."""
+    """The enclosing block and the excerpts that fit beside it, less what the suffix floor holds for the lines
+    below the block (``Packed.held_below``). An enclosing block cut to the budget may still leave the rendered
+    prompt over it (markers, merges): it is cut again by the excess, at most three times."""
+    try:
+        return _pack_beside(a)
+    finally:
+        a.held_below = 0
+
+
+def _pack_beside(a: Assembly) -> Packed:
     enclosing_budget = a.budget
     for _attempt in range(3):
         enc = find_enclosing(a.outline, a.line, a.cursor_byte, enclosing_budget, a.count_tokens, a.marker_tokens)
+        a.held_below = 0
+        if a.options.fill_below and a.options.suffix_floor:  # a.budget is less the tokens held from here on
+            a.held_below = suffix_floor_hold(a.parsed, enc, a.budget, a.exact(enc.suffix), a.estimate_lines)
         remaining = a.budget - enc.tokens - a.marker_tokens
         candidates, reserve = _candidates_beside(a, enc, remaining)
         a.clock.check("candidates")
@@ -51,6 +63,7 @@ def pack_beside(a: Assembly) -> Packed:
         enclosing_budget = max(1, enclosing_budget - (packed.total - a.budget) - a.marker_tokens)
     if packed.total > a.budget and not packed.chosen:
         raise BlockOverBudget(f"the cursor's block alone takes {packed.total} tokens of a {a.budget}-token budget")
+    packed.held_below = a.held_below
     return packed
 
 
