@@ -5,6 +5,7 @@ and the context library shows a note in its block's summary when the feature is 
 from __future__ import annotations
 
 import asyncio
+import json
 import string
 import uuid
 from pathlib import Path
@@ -128,3 +129,12 @@ async def test_notes_are_asked_for_written_in_idle_time_and_shown_in_summaries(
     # f changes: its note no longer describes it, and is dropped with the old version
     indexer.apply_changes(repo, [FileChange("calc.py", MODULE.replace("math.sqrt(total)", "total"))])
     assert _rows(url, repo) == {"def f(xs, kind):": (None, 0)}
+
+    # `ctxpress notes` counts them, and writes the new version's note at once
+    status = appliance.ctxpress("notes", "--status", "--repository", repo)
+    assert json.loads(status.stdout) == {"written": 0, "pending": 1}, status.stderr
+    written = appliance.ctxpress("notes", "--repository", repo, "--json")
+    summary = json.loads(written.stdout)
+    assert (summary["written"], summary["now_pending"]) == (1, 0), written.stderr
+    ((note, _),) = _rows(url, repo).values()
+    assert note
