@@ -1,6 +1,7 @@
 """Per-service PostgreSQL roles: each service logs in with the least it needs.
 
-- ``ctxpress_completion`` (the completion workers): reads the index and the grants, appends telemetry.
+- ``ctxpress_completion`` (the completion workers): reads the index and the grants, appends telemetry, writes the
+  model's notes into the rows the indexer made for them (``block_notes``: UPDATE, no INSERT or DELETE).
 - ``ctxpress_indexer`` (the index workers): writes the index, reads the grants.
 - ``ctxpress_admin`` (the CLI: ``ctxpress users``, ``stats``, migrations): owns the tables; not a superuser, creates
   no roles or databases.
@@ -22,7 +23,7 @@ from sqlalchemy.engine import make_url
 from db.migrations import migrate
 from db.session import engine_for
 
-INDEX_TABLES = ("repositories", "indexed_files", "code_chunks")
+INDEX_TABLES = ("repositories", "indexed_files", "code_chunks", "block_notes")
 TELEMETRY_TABLES = ("completion_events", "completion_feedback")
 GRANT_TABLES = ("team_grants",)
 ALL_TABLES = (*INDEX_TABLES, *TELEMETRY_TABLES, GRANT_TABLES[0], "team_users", "schema_migrations")
@@ -44,7 +45,8 @@ class Role:
 
 
 COMPLETION = Role("completion", "ctxpress_completion",
-                  (("SELECT", (*INDEX_TABLES, *GRANT_TABLES)), ("INSERT", TELEMETRY_TABLES)),
+                  (("SELECT", (*INDEX_TABLES, *GRANT_TABLES)), ("INSERT", TELEMETRY_TABLES),
+                   ("UPDATE", ("block_notes",))),
                   ("completion_events_id_seq", "completion_feedback_id_seq"))
 INDEXER = Role("indexer", "ctxpress_indexer",
                (("SELECT, INSERT, UPDATE, DELETE", INDEX_TABLES), ("SELECT", GRANT_TABLES)),

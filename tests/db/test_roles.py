@@ -56,8 +56,13 @@ def test_the_completion_role_reads_the_index_and_appends_telemetry_only(urls: di
         conn.execute(text("INSERT INTO completion_feedback (completion_id, action) VALUES ('c1', 'shown')"))
         conn.execute(text("INSERT INTO completion_events (request_id, repository, path, mode, outcome) "
                           "VALUES ('r1', 'repo', 'a.py', 'optimized', 'ok')"))
+        # the note writer claims and fills the rows the indexer asked for (workers/completion/notes.py)
+        conn.execute(text("UPDATE block_notes SET note = 'n', tries = tries + 1 WHERE note IS NULL"))
     assert refused(url, "SELECT password_hash FROM team_users")
     assert refused(url, "DELETE FROM code_chunks")
+    assert refused(url, "INSERT INTO block_notes (repo_id, path, note_key, language, source) "
+                        "VALUES (1, 'a.py', 'k', 'python', 'x')")
+    assert refused(url, "DELETE FROM block_notes")
     assert refused(url, "INSERT INTO team_grants (user_name, repository) VALUES ('x', 'y')")
     assert refused(url, "SELECT * FROM completion_events")  # other people's telemetry is the admin's to read
     assert refused(url, "CREATE TABLE mine (x int)")
@@ -70,6 +75,9 @@ def test_the_index_role_writes_the_index_and_reads_grants_only(urls: dict[str, s
         conn.execute(text("INSERT INTO indexed_files (repo_id, path) VALUES (:r, 'a.py')"), {"r": repo})
         conn.execute(text("UPDATE indexed_files SET chunk_count = 1 WHERE repo_id = :r"), {"r": repo})
         conn.execute(text("DELETE FROM code_chunks WHERE repo_id = :r"), {"r": repo})
+        conn.execute(text("INSERT INTO block_notes (repo_id, path, note_key, language, source) "
+                          "VALUES (:r, 'a.py', 'k', 'python', 'def f(): ...')"), {"r": repo})
+        conn.execute(text("DELETE FROM block_notes WHERE repo_id = :r"), {"r": repo})
         conn.execute(text("SELECT repository FROM team_grants"))
     assert refused(url, "SELECT password_hash FROM team_users")
     assert refused(url, "INSERT INTO completion_events (request_id, repository, path, mode, outcome) "
