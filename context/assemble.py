@@ -166,7 +166,9 @@ def _assemble(
     if parsed.tree.root_node.has_error and not table.symbols and text.strip():
         raise ParseFailure("no declarations recognised in an erroneous tree")
     clock.check("symbols")
-    outline = with_notes(outline_of(table), options.notes) if options.notes else outline_of(table)
+    outline = outline_of(table)
+    if options.notes:
+        outline = with_notes(outline, options.notes)
     a = Assembly(text, path, lang, line, column, options, parsed, table, outline, count_tokens, clock)
     if options.stable_head:
         a.head = session.file_head(table, lang, a.file_lines, int(options.budget_tokens * options.head_share), a.exact)
@@ -230,11 +232,10 @@ def _steady(a: Assembly, session: FileSession, kept: steady.Kept) -> AssembledCo
         return None
     segments = [steady.moved(s, kept) for s in held.segments]
     excerpt_text, above = held.excerpt_text, held.above
-    suffix = enc.suffix
     first = enc.prefix_pieces[0].start_line if enc.prefix_pieces else enc.start_line
     for _attempt in range(4):
         prefix = excerpt_text + render_enclosing(enc.prefix_pieces, above, a.lang, a.file_lines)
-        total = a.exact(prefix) + a.exact(suffix)
+        total = a.exact(prefix) + a.exact(enc.suffix)
         if total <= a.budget:
             break
         if not segments:
@@ -257,7 +258,7 @@ def _steady(a: Assembly, session: FileSession, kept: steady.Kept) -> AssembledCo
         held, text=a.text, block_end=max(enc.end_line, a.line, held.block_end + kept.delta),
         excerpt_text=excerpt_text, segments=segments, above=above, blocks=blocks, dropped=dropped)
     return AssembledContext(
-        prefix=prefix, suffix=suffix,
+        prefix=prefix, suffix=enc.suffix,
         blocks=[enc.block(), *(replace(b, reason=f"{b.reason}; {steady.NOTE}") for b in blocks)],
         dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
         timings_ms=a.clock.timings, stable_chars=len(excerpt_text), steady=True,
