@@ -503,6 +503,7 @@ async def test_the_language_server_speaks_as_its_user(settings: Settings, alice:
         await msg.respond(reply.data)
 
     await worker.client.subscribe(identity.user_subject("*", "complete"), cb=relay)
+    await worker.client.flush()
     root = tmp_path / "alpha"
     root.mkdir()
     (root / ".git").mkdir()  # a git work tree's root, as far as the language server looks

@@ -46,6 +46,7 @@ async def test_a_cluster_list_reaches_the_server_that_is_up(live_nats: str) -> N
         await msg.respond(b'{"completion": "x"}')
 
     await responder.subscribe("ctxpress.test.echo", cb=answer)
+    await responder.flush()
     states: list[tuple[bool, str]] = []
     appliance = Appliance(f"nats://127.0.0.1:{free_port()},{live_nats}", {}, lambda up, why: states.append((up, why)))
     try:

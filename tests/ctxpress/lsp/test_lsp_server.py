@@ -154,6 +154,7 @@ async def captured_requests(nats_client: Any, subject: str) -> tuple[list[dict[s
         seen.append(json.loads(msg.data))
 
     sub = await nats_client.subscribe(subject, cb=on)
+    await nats_client.flush()  # the server holds the interest before any door publishes
     return seen, sub
 
 
