@@ -180,8 +180,9 @@ def _assemble_cursor_part(a: Assembly, session: FileSession) -> AssembledContext
     """Everything of the prompt that depends on the cursor: the enclosing block and the excerpts beside it."""
     text, line, options, parsed, clock = a.text, a.line, a.options, a.parsed, a.clock
     # what the held excerpts were chosen with: any change chooses afresh
-    steady_options = (a.lang, a.budget, options.summaries, options.nearby_first, options.similar, options.fill_below,
-                      options.suffix_floor, options.stable_head, len(options.notes))
+    steady_options = (a.lang, a.budget, options.summaries, options.constructor_attributes, options.nearby_first,
+                      options.similar, options.fill_below, options.suffix_floor, options.stable_head,
+                      len(options.notes))
     kept = (steady.lookup(session.steady, text, steady_options, options.recent_edit_lines)
             if options.steady_excerpts else None)
     if kept is not None:

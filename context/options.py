@@ -37,6 +37,7 @@ class AssemblyOptions:
     # a file that fits the budget is sent whole (strategy "whole-file"): no cropping can beat it
     whole_file: bool = _switch("whole_file")
     summaries: bool = _switch("summaries")
+    constructor_attributes: bool = _switch("constructor_attributes")
     nearby_first: bool = _switch("nearby_first")
     similar: bool = _switch("similar")
     # in a short file, the budget left after packing goes to the lines below the block (below.py)

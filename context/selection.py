@@ -70,7 +70,7 @@ def _pack_beside(a: Assembly) -> Packed:
 def _candidates_beside(a: Assembly, enc: Enclosing, remaining: int) -> tuple[list[Candidate], int]:
     """Every source's candidates for the room ``remaining`` beside ``enc``, and the tokens held for the nearby
     lines (nearby_first)."""
-    candidates = _candidates(a.outline, enc, a.line, a.options.recent_edit_lines)
+    candidates = _candidates(a.outline, enc, a.line, a.options.recent_edit_lines, a.options.constructor_attributes)
     if a.head is not None and a.head.imports:  # those the head could not show too (docs/context.md: measured)
         candidates = [c for c in candidates if c.key != "imports"]
     if a.options.similar:
@@ -139,12 +139,12 @@ def _drop_summary_forms(candidate: Candidate) -> bool:
 
 
 def _candidates(
-    outline: Outline, enc: Enclosing, line: int, recent_edit_lines: Sequence[tuple[int, int]]
+    outline: Outline, enc: Enclosing, line: int, recent_edit_lines: Sequence[tuple[int, int]], attributes: bool
 ) -> list[Candidate]:
     parsed = outline.parsed
     sym = enc.symbol
     out: list[Candidate] = []
-    header = class_header_candidates(outline, line, sym)
+    header = class_header_candidates(outline, line, sym, attributes=attributes)
     out += header
     covered = [(p.start_line, p.end_line) for c in header for p in c.forms[0].pieces]
     # References: from what the model will see of the enclosing block, nearest the cursor first.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from context.packing.blocks import symbol_candidate
 from context.packing.pack import TIER_CLASS_HEADER, Candidate, Form, Piece
+from syntax.attributes import constructor_attributes
 from syntax.summaries import Outline
 from syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
 
@@ -34,7 +35,9 @@ def enclosing_class_symbols(table: FileSymbols, line: int, enclosing: Symbol | N
     return found
 
 
-def class_header_candidates(outline: Outline, line: int, enclosing: Symbol | None) -> list[Candidate]:
+def class_header_candidates(outline: Outline, line: int, enclosing: Symbol | None, *,
+                            attributes: bool = True) -> list[Candidate]:
+    """``attributes``: a Python constructor's summary keeps the attributes it sets (syntax/attributes.py)."""
     table, parsed = outline.table, outline.parsed
     classes = enclosing_class_symbols(table, line, enclosing)
     out: list[Candidate] = []
@@ -82,6 +85,12 @@ def class_header_candidates(outline: Outline, line: int, enclosing: Symbol | Non
         if enclosing is not None and ctor.index == enclosing.index:
             continue
         rank += 1
-        out.append(symbol_candidate(outline, ctor, tier=TIER_CLASS_HEADER, rank=rank,
-                                    reason="constructor of the enclosing class"))
+        candidate = symbol_candidate(outline, ctor, tier=TIER_CLASS_HEADER, rank=rank,
+                                     reason="constructor of the enclosing class")
+        text = constructor_attributes(parsed, ctor) if attributes else None
+        if text is not None:
+            at = 1 if candidate.forms[0].name == "whole" else 0
+            candidate.forms.insert(at, Form("summary", [Piece(ctor.start_line, ctor.end_line, text)],
+                                            note="with the attributes it sets"))
+        out.append(candidate)
     return out

@@ -9,8 +9,8 @@ from ctxpress_core.features import REGISTRY, resolve
 
 
 def test_every_switch_is_a_registered_feature_with_its_default() -> None:
-    assert set(SWITCHES) == {"whole_file", "summaries", "nearby_first", "similar", "fill_below", "suffix_floor",
-                             "steady_excerpts", "stable_head"}
+    assert set(SWITCHES) == {"whole_file", "summaries", "constructor_attributes", "nearby_first", "similar",
+                             "fill_below", "suffix_floor", "steady_excerpts", "stable_head"}
     defaults = AssemblyOptions()
     for f in fields(AssemblyOptions):
         if f.name in SWITCHES:
