@@ -201,6 +201,11 @@ def _assignment_split(text: str) -> int | None:
     return None
 
 
+# A numbered marker as elision_marker writes it, in any language's line comment: a model that copies the prompt's
+# layout can write one into its completion.
+NUMBERED_ELISION = re.compile(r"^\s*\S{1,2}\s?\.\.\. \(lines? \d+(-\d+)? elided\)\s*$")
+
+
 def elision_marker(language: str, start_line: int, end_line: int, indent: str = "", numbered: bool = True) -> str:
     """A comment line telling the model that lines were left out (1-based, inclusive). Not ``numbered``: the
     same text wherever the lines are, so an edit that moves them does not change it."""

@@ -12,7 +12,8 @@ The completion is inserted at the cursor as returned, so its shape must fit wher
   where its indentation leaves the block (Python) or where it would close the block the file already
   closes (braces), it never ends on a header whose body is missing, and a completion cut at the token
   limit goes back to its last finished statement;
-- before code on the same line (a cursor at column 0 of a line that holds code), its final newline is kept.
+- before code on the same line (a cursor at column 0 of a line that holds code), its final newline is kept;
+- a line the prompt's layout taught the model (``# ... (lines 12-40 elided)``) is never code: cut before it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import re
 
 from ctxpress_core.languages import BRACED_BLOCKS, INDENTED_BLOCKS
+from syntax.summaries import NUMBERED_ELISION
 from workers.code_lines import (
     Line,
     finished,
@@ -77,8 +79,9 @@ def clean_completion(completion: str, suffix: str, *, prefix: str = "", language
     lines = text.split("\n")
     kept: list[str] = []
     for index, line in enumerate(lines):
-        if index > 0 and (line.strip() in around.anchors  # the model is re-typing what already follows the cursor
-                          or _PROSE.match(line)):
+        if NUMBERED_ELISION.match(line) or (index > 0 and (
+                line.strip() in around.anchors  # the model is re-typing what already follows the cursor
+                or _PROSE.match(line))):
             kept.append("")  # cut at a line's start: the lines kept end with their newline
             break
         kept.append(line)
@@ -166,8 +169,8 @@ class _Around:
 class CompletionSettled:
     """Whether no more of the engine's text can change what ``clean_completion`` makes of the text so far, so the
     engine may stop: a rule has already cut it (a special token, a fence, the line a mid-line cursor is held
-    to, a line re-typing the code after the cursor, prose, the line leaving the block). Only whole lines are
-    judged: the last line, unfinished, may still grow into something else. One per request."""
+    to, a line re-typing the code after the cursor, prose, an elision marker, the line leaving the block). Only
+    whole lines are judged: the last line, unfinished, may still grow into something else. One per request."""
 
     def __init__(self, suffix: str, *, prefix: str = "", language: str | None = None) -> None:
         self.around = _Around(prefix, suffix, language)
@@ -181,7 +184,9 @@ class CompletionSettled:
             return True  # held to its first line, which is whole
         whole = text[: text.rfind("\n")]
         lines = whole.split("\n")
-        if any(line.strip() in self.around.anchors or _PROSE.match(line) for line in lines[1:]):
+        if NUMBERED_ELISION.match(lines[0]) or any(
+                line.strip() in self.around.anchors or _PROSE.match(line) or NUMBERED_ELISION.match(line)
+                for line in lines[1:]):
             return True
         return _block_extent(read_lines(whole, self.around.language), self.around) < len(lines)
 

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from ctxpress_core.languages import LINE_COMMENT
 from syntax.parsed_file import parse_text
-from syntax.summaries import header_line_range, outline_of, reduce_constant, reduce_import, summarize
+from syntax.summaries import (
+    NUMBERED_ELISION,
+    elision_marker,
+    header_line_range,
+    outline_of,
+    reduce_constant,
+    reduce_import,
+    summarize,
+)
 from syntax.symbols.table import extract_symbols
 
 CASES = {
@@ -77,3 +86,11 @@ def test_the_outline_holds_each_declarations_forms_once_per_version() -> None:
     assert outline_of(table) is outline
     other = parse_text(text.replace("grow", "shrink"), "python")
     assert outline_of(extract_symbols(other)).summaries[-1].startswith("    def shrink(")
+
+
+def test_the_numbered_elision_pattern_matches_every_languages_marker() -> None:
+    for language in LINE_COMMENT:
+        for start, end in ((3, 3), (3, 9)):
+            marker = elision_marker(language, start, end, indent="    ")
+            assert NUMBERED_ELISION.match(marker.rstrip("\n")), marker
+    assert not NUMBERED_ELISION.match("# ... (see the lines above)")

@@ -240,3 +240,15 @@ def test_not_settled_while_the_block_goes_on() -> None:
     settled = CompletionSettled("\n    return y\n", prefix="def f(x):\n    if x:\n", language="python")
     assert not settled("        y = 1\n        z = 2\n")
     assert settled("        y = 1\nprint(y)\n")
+
+
+def test_cuts_an_elision_marker_the_model_copied_from_the_prompt() -> None:
+    completion = "False\n\n    # ... (lines 1123-1125 elided)\n    return True"
+    assert clean_completion(completion, "\n\nclass Other:\n    pass\n", prefix="def f():\n    return ") == "False"
+    assert clean_completion("x = 1\n// ... (line 7 elided)\n", "\n", prefix="", language="javascript") == "x = 1"
+    assert clean_completion("# ... (lines 2-9 elided)\nx = 1", "\n") == ""
+    plain = "x = 1  # ... keep\n# ... more to come\ny = 2"  # comments of the code's own: kept
+    assert clean_completion(plain, "\n") == plain
+    settled = CompletionSettled("\n\nclass Other:\n    pass\n", prefix="def f():\n    return ", language="python")
+    assert not settled("False\n")
+    assert settled("False\n    # ... (lines 1123-1125 elided)\n")
