@@ -36,7 +36,7 @@ def enclosing_class_symbols(table: FileSymbols, line: int, enclosing: Symbol | N
 
 
 def class_header_candidates(outline: Outline, line: int, enclosing: Symbol | None, *,
-                            attributes: bool = True) -> list[Candidate]:
+                            attributes: bool) -> list[Candidate]:
     """``attributes``: a Python constructor's summary keeps the attributes it sets (syntax/attributes.py)."""
     table, parsed = outline.table, outline.parsed
     classes = enclosing_class_symbols(table, line, enclosing)
