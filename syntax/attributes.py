@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 
+from syntax.blanking import unmatched_brackets
 from syntax.parsed_file import ParsedFile
-from syntax.summaries import PY_ELISION, header_text
+from syntax.summaries import PY_ELISION, header_text, python_head_lines
 from syntax.symbols.model import Symbol
 
 # Past these, the rest of the attributes are elided with the body (the form must stay a summary).
@@ -21,21 +22,23 @@ MAX_VALUE_CHARS = 60
 MAX_BODY_LINES = 2000
 
 _ASSIGNMENT = re.compile(r"\s*self\.([A-Za-z_]\w*)\s*(:\s*[^=]+?)?\s*=(?!=)\s*(.*)$")
-_OPENERS, _CLOSERS = "([{", ")]}"
+
+
+def _without_comment(line: str) -> str:
+    """``line`` without a trailing comment (two spaces, then ``#``), unless the ``#`` may be inside a string."""
+    code, hash_, _comment = line.partition("  #")
+    if hash_ and code.count('"') % 2 == 0 and code.count("'") % 2 == 0:
+        return code.rstrip()
+    return line
 
 
 def _one_line_value(value: str) -> str | None:
     """The value as written when it is complete on its line and short; None otherwise."""
-    value = value.split("  #", 1)[0].rstrip()
+    value = _without_comment(value).rstrip()
     if not value or value.endswith("\\") or len(value) > MAX_VALUE_CHARS:
         return None
-    depth = 0
-    for ch in value:
-        if ch in _OPENERS:
-            depth += 1
-        elif ch in _CLOSERS:
-            depth -= 1
-    if depth != 0 or value.count('"""') % 2 or value.count("'''") % 2:
+    closers, opened = unmatched_brackets(value.encode(), "python")
+    if closers or opened or value.count('"""') % 2 or value.count("'''") % 2:
         return None
     return value
 
@@ -43,15 +46,7 @@ def _one_line_value(value: str) -> str | None:
 def _without_comments(header: str) -> str:
     """The signature without its comment lines and trailing comments (``# type: ignore`` on each parameter):
     what it costs is better spent on the attributes."""
-    kept = []
-    for line in header.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        code, hash_, _comment = line.partition("  #")
-        if hash_ and code.count('"') % 2 == 0 and code.count("'") % 2 == 0:
-            line = code.rstrip()
-        kept.append(line)
-    return "\n".join(kept)
+    return "\n".join(_without_comment(line) for line in header.splitlines() if not line.lstrip().startswith("#"))
 
 
 def constructor_attributes(parsed: ParsedFile, sym: Symbol) -> str | None:
@@ -61,11 +56,8 @@ def constructor_attributes(parsed: ParsedFile, sym: Symbol) -> str | None:
         return None
     body_line = parsed.line_of(sym.body_start_byte)
     last = min(sym.end_line, body_line + MAX_BODY_LINES)
-    body = parsed.lines_text(body_line, last).splitlines()
-    first = next((text for text in body if text.strip()), "")
-    body_indent = first[: len(first) - len(first.lstrip())] or "    "
     seen: dict[str, str] = {}
-    for text in body:
+    for text in parsed.lines_text(body_line, last).splitlines():
         match = _ASSIGNMENT.match(text)
         if match is None:
             continue
@@ -79,9 +71,7 @@ def constructor_attributes(parsed: ParsedFile, sym: Symbol) -> str | None:
             break
     if not seen:
         return None
-    lines = [_without_comments(header_text(parsed, sym))]
-    if sym.doc:
-        lines.append(f'{body_indent}"""{sym.doc.replace(chr(34) * 3, "")}"""')
+    lines, body_indent = python_head_lines(parsed, sym, _without_comments(header_text(parsed, sym)))
     lines += [f"{body_indent}{line}" for line in seen.values()]
     lines.append(f"{body_indent}{PY_ELISION}")
     return "\n".join(lines) + "\n"

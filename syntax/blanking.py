@@ -64,7 +64,7 @@ def blank_line_bytes(source: bytes, start: int, end: int, language: str, in_brac
             return source
     if width <= 0:
         return source
-    closers, opened = _unmatched_brackets(code, language)
+    closers, opened = unmatched_brackets(code, language)
     filler = bytearray(b" " * width)
     if closers:
         # The line ends what lines above opened; in brace languages a ``{`` it opens again
@@ -122,7 +122,7 @@ _OPENERS = frozenset(b"([{")
 _CLOSERS = frozenset(b")]}")
 
 
-def _unmatched_brackets(code: bytes, language: str) -> tuple[list[int], list[int]]:
+def unmatched_brackets(code: bytes, language: str) -> tuple[list[int], list[int]]:
     """Offsets in ``code`` of closing brackets whose opener is on an earlier line, and of the
     brackets the line leaves open; string literals and Python comments skipped (escapes across
     lines and multi-line strings are not worth a tokenizer here)."""

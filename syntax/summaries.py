@@ -118,17 +118,12 @@ def summarize(parsed: ParsedFile, sym: Symbol, *, open_container: bool = False, 
     if sym.body_start_byte is None:
         return _bodyless(parsed, sym)
     head = header_text(parsed, sym)
-    indent = _indent_of(parsed, sym.decl_start_byte)
     if parsed.language == "python":
-        body_indent = _indent_of(parsed, sym.body_start_byte)
-        if not body_indent or len(body_indent) <= len(indent):
-            body_indent = indent + "    "
-        lines = [head]
-        if sym.doc:
-            lines.append(f'{body_indent}"""{sym.doc.replace(chr(34) * 3, "")}"""')
+        lines, body_indent = python_head_lines(parsed, sym, head)
         if not open_container:
             lines.append(f"{body_indent}{PY_ELISION}")
         return "\n".join(lines) + "\n"
+    indent = _indent_of(parsed, sym.decl_start_byte)
     lines = _doc_lines(parsed, sym, indent)
     if open_container:
         lines.append(f"{head} {{")
@@ -141,6 +136,20 @@ def summarize(parsed: ParsedFile, sym: Symbol, *, open_container: bool = False, 
             tail = " " + tail
         lines.append(f"{head} {{ {BRACE_ELISION} }}{tail}")
     return "\n".join(lines) + "\n"
+
+
+def python_head_lines(parsed: ParsedFile, sym: Symbol, head: str) -> tuple[list[str], str]:
+    """A Python block's summary down to where its body goes: ``head`` (the signature), then the docstring's line;
+    and the indentation of the body."""
+    assert sym.body_start_byte is not None
+    indent = _indent_of(parsed, sym.decl_start_byte)
+    body_indent = _indent_of(parsed, sym.body_start_byte)
+    if not body_indent or len(body_indent) <= len(indent):
+        body_indent = indent + "    "
+    lines = [head]
+    if sym.doc:
+        lines.append(f'{body_indent}"""{sym.doc.replace(chr(34) * 3, "")}"""')
+    return lines, body_indent
 
 
 def _bodyless(parsed: ParsedFile, sym: Symbol) -> str:

@@ -30,6 +30,7 @@ class Settings:
         self.items == []
         self.view.width = 3
         self._label = label  # shown as typed
+        self._mark = "a  # not a comment"
         self._text = "a value that goes on for much longer than a summary line should carry, really"
 
     def run(self) -> None:
@@ -59,6 +60,7 @@ def test_keeps_the_signature_without_comments_and_each_attribute_once() -> None:
         self._cached: Database | None = None
         self._long = ...
         self._label = label
+        self._mark = "a  # not a comment"
         self._text = ...
         ...
 '''
