@@ -61,6 +61,14 @@ def _suffix_anchor_lines(suffix: str, cursor_at_line_start: bool) -> list[str]:
     return out
 
 
+def _cut_before(line: str, index: int, around: _Around) -> bool:
+    """Does the completion end before its line ``index``? At an elision marker copied from the prompt; after the
+    first line, at a line re-typing what already follows the cursor, or at prose."""
+    if NUMBERED_ELISION.match(line):
+        return True
+    return index > 0 and (line.strip() in around.anchors or bool(_PROSE.match(line)))
+
+
 def clean_completion(completion: str, suffix: str, *, prefix: str = "", language: str | None = None,
                      finish_reason: str | None = None) -> str:
     """``completion`` as the engine gave it, to what the editor inserts at the cursor. ``prefix``/``suffix``: the
@@ -79,9 +87,7 @@ def clean_completion(completion: str, suffix: str, *, prefix: str = "", language
     lines = text.split("\n")
     kept: list[str] = []
     for index, line in enumerate(lines):
-        if NUMBERED_ELISION.match(line) or (index > 0 and (
-                line.strip() in around.anchors  # the model is re-typing what already follows the cursor
-                or _PROSE.match(line))):
+        if _cut_before(line, index, around):
             kept.append("")  # cut at a line's start: the lines kept end with their newline
             break
         kept.append(line)
@@ -184,9 +190,7 @@ class CompletionSettled:
             return True  # held to its first line, which is whole
         whole = text[: text.rfind("\n")]
         lines = whole.split("\n")
-        if NUMBERED_ELISION.match(lines[0]) or any(
-                line.strip() in self.around.anchors or _PROSE.match(line) or NUMBERED_ELISION.match(line)
-                for line in lines[1:]):
+        if any(_cut_before(line, index, self.around) for index, line in enumerate(lines)):
             return True
         return _block_extent(read_lines(whole, self.around.language), self.around) < len(lines)
 
