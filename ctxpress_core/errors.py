@@ -27,6 +27,9 @@ class ErrorCode(StrEnum):
     OVERLOADED = "overloaded"
     # Team mode: the request's user (from the NATS subject, never the payload) has no grant for its repository.
     FORBIDDEN = "forbidden"
+    # The caller's own share is used up (in flight, requests per second, or engine slots while others wait): the
+    # reply's ``retry_after_ms`` says when to ask again. Others' requests are not held back by it.
+    RATE_LIMITED = "rate_limited"
     INTERNAL = "internal"
 
 
@@ -90,3 +93,13 @@ class Forbidden(CtxpressError):
 
 class GrantsUnavailable(CtxpressError):
     """The grants could not be read (database down): the request is refused, never served unchecked."""
+
+
+class RateLimited(CtxpressError):
+    """A user's request over their own share (workers/fair_share.py); ``retry_after_ms`` says when to ask again."""
+
+    code = ErrorCode.RATE_LIMITED
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = max(1, int(retry_after_ms))

@@ -97,6 +97,17 @@ class Settings(BaseSettings):
     # 1 MiB: twice the largest file the index takes; every pass over a request's text (parsing,
     # tokenizing) costs in proportion to it
     max_request_bytes: int = 1024 * 1024
+    # Fair sharing (workers/fair_share.py), per user at the gateway and at each worker (single-user mode: the one
+    # user): requests held at once (complete and file_opened), and a token bucket of requests per second with its
+    # burst. A fast typist sends a few a second and cancels what a newer keystroke supersedes: far below these.
+    # Past them a request is answered ``rate_limited`` with ``retry_after_ms``; feedback has twice the rate and burst
+    # (shown, then accepted or dismissed: two per suggestion). 0 in flight or 0 per second: no limit of that kind.
+    user_max_inflight: int = Field(default=4, ge=0)
+    user_requests_per_s: float = Field(default=20.0, ge=0)
+    user_request_burst: int = Field(default=40, ge=1)
+    # Telemetry rows one user may hold in the worker's backlog (of its 20,000): a user's feedback spam drops
+    # their own rows, never another user's.
+    telemetry_user_backlog: int = Field(default=5_000, ge=1)
     window_lines: int = 200  # the seed's baseline: +-200 lines around the cursor
     # The seed's baseline window is uncapped (~4,000 tokens for 400 lines of code); we cap it at
     # 2,048 so a cold baseline prompt stays within tens of seconds on a 2-core CPU engine.

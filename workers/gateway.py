@@ -9,6 +9,10 @@ Single-user subjects go to ``<subject>.<shard>``. In team mode the gateway also 
 ``ctxpress.v1.u.<user>.<kind>`` and forwards to ``ctxpress.v1.s.<shard>.u.<user>.<kind>``: NATS lets only the
 gateway publish there, so the shard's worker takes the user from the subject and checks grants exactly as an
 unsharded worker does. A user's cancel and feedback follow the request to the shard that served it.
+
+Before it reads a request the gateway checks its size (``max_request_bytes``) and its user's share
+(``workers/fair_share.py``): an oversized request is answered ``payload_too_large`` and one over the user's share
+``rate_limited``, neither parsed nor forwarded.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError, TimeoutError
 
 from ctxpress_core import nats_connect
-from ctxpress_core.errors import ErrorCode
+from ctxpress_core.errors import ErrorCode, RateLimited
 from ctxpress_core.identity import (
     GATEWAY_USER,
     forwarded_to_shard,
@@ -37,6 +41,7 @@ from ctxpress_core.identity import (
 )
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorResponse
+from workers.fair_share import UserLimits
 from workers.process import run_service
 from workers.sharding import shard_for
 
@@ -50,6 +55,8 @@ NO_WORKER_GRACE_S = 5.0
 NO_WORKER_PAUSE_S = 0.25
 # A request id longer than the wire allows is not remembered (the worker refuses the request anyway).
 MAX_ID_CHARS = 128
+# A request larger than this is read on a thread: the event loop keeps relaying others' replies meanwhile.
+PARSE_ON_THREAD_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,31 @@ class Gateway:
         self.settings = settings
         self.shards = settings.shards
         self.served: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self.limits = UserLimits.requests(settings)
+        self.feedback_limits = UserLimits.feedback(settings)
+        self.cancel_limits = UserLimits.feedback(settings)  # a cancel per superseded keystroke at most
+
+    async def admitted(self, user: str | None, data: bytes, work: Callable[[Head], Awaitable[bytes]],
+                       limits: UserLimits | None = None) -> bytes:
+        """``work``'s reply for a request within the size limit and its user's share, read only then; the
+        refusal otherwise. ``limits``: the user's share of this kind (default: requests, held while relayed)."""
+        if len(data) > self.settings.max_request_bytes:
+            return error_payload(ErrorCode.PAYLOAD_TOO_LARGE,
+                                 f"request is {len(data)} bytes; the limit is {self.settings.max_request_bytes}")
+        try:
+            (limits or self.limits).take(user)
+        except RateLimited as exc:
+            return ErrorResponse(error=ErrorBody.of(exc)).model_dump_json().encode()
+        if limits is not None:
+            return await work(await self.head_of(data))
+        with self.limits.held(user):
+            return await work(await self.head_of(data))
+
+    @staticmethod
+    async def head_of(data: bytes) -> Head:
+        if len(data) <= PARSE_ON_THREAD_BYTES:
+            return read_head(data)
+        return await asyncio.get_running_loop().run_in_executor(None, read_head, data)
 
     def remember(self, user: str, request_id: str | None, shard: int) -> None:
         if request_id is None:
@@ -162,15 +194,19 @@ class Gateway:
         return payload, shard
 
     async def single_user(self, msg: Msg, base: str) -> bytes:
-        payload, _ = await self.relay(msg.data, lambda shard: f"{base}.{shard}", read_head(msg.data))
-        return payload
+        async def relayed(head: Head) -> bytes:
+            payload, _ = await self.relay(msg.data, lambda shard: f"{base}.{shard}", head)
+            return payload
+        return await self.admitted(None, msg.data, relayed)
 
     async def team_request(self, msg: Msg) -> bytes:
         """``complete`` and ``file_opened`` of a user: to the file's shard, the user carried in the subject."""
         user = subject_user(msg.subject)
         if user is None:  # the subscription's wildcard matched a token that is not a user name
             return error_payload(ErrorCode.FORBIDDEN, "requests are served on ctxpress.v1.u.<user>.* only")
-        head = read_head(msg.data)
+        return await self.admitted(user, msg.data, lambda head: self._team_request(msg, user, head))
+
+    async def _team_request(self, msg: Msg, user: str, head: Head) -> bytes:
         shard = route_head(head, self.shards)
         self.remember(user, head.request_id, shard)  # a cancel may come before the reply
         payload, shard = await self.relay(msg.data, lambda shard: forwarded_to_shard(msg.subject, user, shard), head,
@@ -184,7 +220,10 @@ class Gateway:
         user = subject_user(msg.subject)
         if user is None:
             return error_payload(ErrorCode.FORBIDDEN, "requests are served on ctxpress.v1.u.<user>.* only")
-        head = read_head(msg.data)
+        return await self.admitted(user, msg.data, lambda head: self._team_feedback(msg, user, head),
+                                   self.feedback_limits)
+
+    async def _team_feedback(self, msg: Msg, user: str, head: Head) -> bytes:
         completion_id = head.request_id
         shard = self.served.get((user, completion_id)) if completion_id else None
         if shard is None:
@@ -197,9 +236,13 @@ class Gateway:
         """A cancel goes to the shard holding the request; when the gateway does not know it, to every shard (a
         worker ignores a request id it does not hold)."""
         user = subject_user(msg.subject)
-        if user is None:
+        if user is None or len(msg.data) > self.settings.max_request_bytes:
             return
-        request_id = read_head(msg.data).request_id
+        try:
+            self.cancel_limits.take(user)  # an unknown id goes to every shard: a flood of them is dropped here
+        except RateLimited:
+            return
+        request_id = (await self.head_of(msg.data)).request_id
         shard = self.served.get((user, request_id)) if request_id else None
         for target in (range(self.shards) if shard is None else (shard,)):
             await self.nc.publish(forwarded_to_shard(msg.subject, user, target), msg.data)

@@ -8,12 +8,16 @@ telemetry must never slow down or fail a completion.
 A row the database refuses (a value it cannot store) must not hold the others back: when a batch is refused
 for its values, its rows are written one at a time and only the refused ones are dropped (counted and
 logged). Retrying the whole batch would fail forever and stop all telemetry.
+
+The backlog is shared by every user of the worker, so each user may hold at most ``user_backlog`` rows of it:
+one user's flood (feedback spam while the database is slow) drops that user's own rows, never another's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,11 +46,13 @@ _INSERT_FEEDBACK = text(
 
 class TelemetryWriter:
     def __init__(self, database_url: str, *, batch_size: int = 200, flush_interval_s: float = 0.5,
-                 max_backlog: int = 20_000) -> None:
+                 max_backlog: int = 20_000, user_backlog: int = 5_000) -> None:
         self.database_url = database_url
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self.max_backlog = max_backlog
+        self.user_backlog = user_backlog
+        self._held: Counter[str | None] = Counter()  # the backlog's rows by user
         self._events: list[dict[str, Any]] = []
         self._feedback: list[dict[str, Any]] = []
         self._wake = asyncio.Event()
@@ -63,9 +69,11 @@ class TelemetryWriter:
         self._append(self._feedback, {"user_name": None, **row})
 
     def _append(self, rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
-        if len(self._events) + len(self._feedback) >= self.max_backlog:
+        user = row.get("user_name")
+        if len(self._events) + len(self._feedback) >= self.max_backlog or self._held[user] >= self.user_backlog:
             metrics.TELEMETRY_DROPPED.inc()
             return
+        self._held[user] += 1
         rows.append(row)
         if len(rows) >= self.batch_size:
             self._wake.set()
@@ -85,6 +93,7 @@ class TelemetryWriter:
             self._wake.clear()
             events, self._events = self._events, []
             feedback, self._feedback = self._feedback, []
+            self._held.clear()  # the rows are the flush's now; those it gives back are counted again below
             if events or feedback:
                 kept = await self._flush(events, feedback)
                 if kept is not None:  # the database is unreachable: keep the rows for the next try
@@ -93,6 +102,7 @@ class TelemetryWriter:
                                 reason)
                     self._events[:0] = events
                     self._feedback[:0] = feedback
+                    self._held.update(row.get("user_name") for row in (*events, *feedback))
                     if self._closing:
                         metrics.TELEMETRY_DROPPED.inc(len(events) + len(feedback))
                         return

@@ -23,8 +23,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # aiohttp's own refusals (no such route, wrong method, body too large) keep their status with our body
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-          405: "invalid_request_error", 413: "invalid_request_error", 499: "cancelled", 500: "server_error",
-          502: "server_error", 503: "unavailable_error", 504: "timeout_error"}
+          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error", 499: "cancelled",
+          500: "server_error", 502: "server_error", 503: "unavailable_error", 504: "timeout_error"}
 
 
 def dumps(value: Any) -> str:

@@ -28,6 +28,7 @@ ERROR_STATUS: dict[str, int] = {
     ErrorCode.CURSOR_OUT_OF_RANGE: 400, ErrorCode.UNSUPPORTED_LANGUAGE: 400, ErrorCode.UNKNOWN_CONTENT: 400,
     ErrorCode.INFERENCE_TIMEOUT: 504, ErrorCode.INFERENCE_UNAVAILABLE: 503, ErrorCode.INFERENCE_FAILED: 502,
     ErrorCode.CANCELLED: 499, ErrorCode.OVERLOADED: 503, ErrorCode.FORBIDDEN: 403, ErrorCode.INTERNAL: 500,
+    ErrorCode.RATE_LIMITED: 429,
 }
 
 
@@ -35,6 +36,14 @@ def server_timing(started: float) -> dict[str, str]:
     """The time spent waiting for the appliance since ``started`` (``time.perf_counter``), as a
     ``Server-Timing`` header: what a client's latency less it is, the bridge added."""
     return {"Server-Timing": f"appliance;dur={(time.perf_counter() - started) * 1000:.2f}"}
+
+
+def retry_after(code: str, retry_after_ms: object) -> dict[str, str] | None:
+    """HTTP's ``Retry-After`` (whole seconds, rounded up) for a refusal that says when to ask again."""
+    if code == ErrorCode.RATE_LIMITED:
+        ms = retry_after_ms if isinstance(retry_after_ms, int) and retry_after_ms > 0 else 1000
+        return {"Retry-After": str(max(1, -(-ms // 1000)))}
+    return {"Retry-After": "1"} if code == ErrorCode.OVERLOADED else None
 
 
 class Superseded(Exception):
@@ -94,7 +103,7 @@ class Upstream:
         if "error" in reply:
             error = reply["error"]
             code = str(error.get("code", "internal"))
-            headers = {"Retry-After": "1"} if code == ErrorCode.OVERLOADED else None
+            headers = retry_after(code, error.get("retry_after_ms"))
             raise HttpError(ERROR_STATUS.get(code, 502), f"{code}: {error.get('message', '')}", headers)
         return reply
 

@@ -211,7 +211,7 @@ class CtxpressServer(LanguageServer):
         if "error" in reply:
             error = reply["error"]
             log.info("no suggestion: %s: %s", error.get("code"), error.get("message"))
-            if error.get("code") == "overloaded":
+            if error.get("code") in ("overloaded", "rate_limited"):  # no suggestion this time, and why
                 self.notify_status("ready", error.get("message", ""))
             return None
         completion = without_following_lines(str(reply.get("completion", "")), after)

@@ -54,11 +54,14 @@ class ErrorBody(BaseModel):
     code: ErrorCode
     message: str
     details: list[dict[str, object]] | None = None
+    # ``rate_limited`` (and any refusal that knows): milliseconds after which asking again may be answered
+    retry_after_ms: int | None = None
 
     @classmethod
     def of(cls, error: CtxpressError) -> ErrorBody:
         """The reply to a request that failed with ``error``: its class says the code."""
-        return cls(code=error.code, message=str(error), details=error.details)
+        return cls(code=error.code, message=str(error), details=error.details,
+                   retry_after_ms=getattr(error, "retry_after_ms", None))
 
 
 class ErrorResponse(BaseModel):

@@ -6,7 +6,9 @@ CPU, so the pool's few slots stop bounding how many open files stay warm. One fi
 (model, KV type, repository, path) key, holding the tokens its KV covers, so a request restores
 only when the stored tokens share a long enough prefix with its prompt. A file whose header,
 fingerprint or checksum does not match is deleted and counted, never loaded. The directory is
-kept under a byte budget, least recently used files going first.
+kept under a byte budget, least recently used files going first, of the owner holding the most bytes: a file's
+name starts with a tag of its key's owner (``kv_pool.key_owner``), so one user's files cannot push every other
+user's out of the tier.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import struct
 import threading
 import zlib
 from array import array
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from serving.engine.kv_pool import key_owner
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +32,7 @@ MAGIC = b"CTXKV001"
 # magic, fingerprint (32 bytes), token count, blob length, blob crc32
 _HEADER = struct.Struct("<8s32sQQI")
 SUFFIX = ".kv"
+OWNER_TAG_CHARS = 12
 
 
 @dataclass
@@ -62,7 +68,9 @@ class KVDiskTier:
         directory.chmod(0o700)
 
     def path_for(self, key: str) -> Path:
-        return self.directory / (hashlib.sha256(self.fingerprint + key.encode()).hexdigest()[:40] + SUFFIX)
+        owner = key_owner(key) or ""
+        tag = hashlib.sha256(self.fingerprint + b"owner:" + owner.encode()).hexdigest()[:OWNER_TAG_CHARS]
+        return self.directory / f"{tag}-{hashlib.sha256(self.fingerprint + key.encode()).hexdigest()[:40]}{SUFFIX}"
 
     def save(self, key: str, tokens: list[int], blob: bytes) -> None:
         """Write atomically (a reader never sees half a file), then keep within the budget."""
@@ -157,17 +165,30 @@ class KVDiskTier:
             self.stats.dropped += 1
 
     def _keep_budget(self, keep: Path) -> None:
+        """Over the budget, the owner holding the most bytes gives up their least recently used file (never
+        ``keep``, the file just written), until the tier fits."""
         with self._lock:
             files = sorted(self.directory.glob(f"*{SUFFIX}"), key=_mtime)
-            total = sum(_size(f) for f in files)
+            sizes = {f: _size(f) for f in files}
+            total = sum(sizes.values())
+            by_owner: Counter[str] = Counter()
             for f in files:
-                if total <= self.budget_bytes:
-                    break
-                if f == keep:
-                    continue
-                total -= _size(f)
-                f.unlink(missing_ok=True)
+                by_owner[_owner_tag(f)] += sizes[f]
+            candidates = [f for f in files if f != keep]
+            while total > self.budget_bytes and candidates:
+                most = max(by_owner[_owner_tag(f)] for f in candidates)
+                victim = next(f for f in candidates if by_owner[_owner_tag(f)] == most)  # oldest first
+                candidates.remove(victim)
+                total -= sizes[victim]
+                by_owner[_owner_tag(victim)] -= sizes[victim]
+                victim.unlink(missing_ok=True)
                 self.stats.evicted_files += 1
+
+
+def _owner_tag(path: Path) -> str:
+    """The owner tag of a file's name ("" for a file named before tags: one owner of its own)."""
+    tag, dash, _ = path.name.partition("-")
+    return tag if dash else ""
 
 
 def _size(path: Path) -> int:

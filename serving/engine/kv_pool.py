@@ -8,11 +8,16 @@ only the tokens after the common prefix are processed. The pool's memory is boun
 number of slots (slots x cells x bytes per cell): a file that needs a slot when all are taken
 evicts the least recently used one, never fails. Pure bookkeeping, no llama.cpp here, so the
 policy is unit-tested on its own.
+
+Fair share between users (team mode: a key names its user, ``key_owner``): the slot given up is the least
+recently used one of the owner holding the most slots, counting the slot the new file takes. A user opening
+file after file evicts their own files once they hold their share, never everyone else's.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +32,16 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 SHARED = "<shared>"  # the key of requests that name no file
+
+
+def key_owner(key: str | None) -> str | None:
+    """Whose a pool key is: its second part (``context.prompt.cache_key``: ``model:user:repository:path`` in
+    team mode, ``model:user:shared``; single-user mode's ``model:repository:path`` gives the repository, one
+    owner per repository). Keys of another form (the shared context, the engine's own checks) have none."""
+    if key is None:
+        return None
+    parts = key.split(":", 2)
+    return parts[1] if len(parts) == 3 else None
 
 
 @dataclass
@@ -103,7 +118,7 @@ class KVPool:
         evicted: list[str] = []
         displaced = None
         if slot is None:
-            slot = min(self.slots, key=lambda s: (bool(s.tokens), s.last_used))
+            slot = self._victim(key)
             if slot.tokens and slot.key != key:
                 evicted.append(slot.key or f"seq{slot.seq_id}")
                 if slot.key is not None:
@@ -119,3 +134,14 @@ class KVPool:
         self.stats.hits += reused > 0
         self.stats.evictions += len(evicted)
         return Lease(slot=slot, reused=reused, evicted=evicted, displaced=displaced)
+
+    def _victim(self, key: str) -> Slot:
+        """An empty slot, else the least recently used slot of the owner holding the most slots (the new key's
+        owner counted with the slot it is about to take), ties going to the least recently used."""
+        empty = [s for s in self.slots if not s.tokens]
+        if empty:
+            return min(empty, key=lambda s: s.last_used)
+        held = Counter(key_owner(s.key) for s in self.slots)
+        held[key_owner(key)] += 1
+        most = max(held[key_owner(s.key)] for s in self.slots)
+        return min((s for s in self.slots if held[key_owner(s.key)] == most), key=lambda s: s.last_used)

@@ -1,31 +1,49 @@
-"""Admission to the engine: this worker's requests waiting on it, and how long one takes."""
+"""Admission to the engine: this worker's requests waiting on it, whose they are, and how long one takes."""
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Iterator
 
-from ctxpress_core.errors import ErrorCode, RequestError
+from ctxpress_core.errors import ErrorCode, RateLimited, RequestError
 from workers import metrics
 
 
 class EngineLoad:
-    """This worker's requests waiting on the engine, and how long one takes (moving average): a
-    request that would wait longer than its caller does is rejected at once (``overloaded``)
-    instead of being queued to time out, leaving a backlog of work nobody waits for."""
+    """This worker's requests waiting on the engine, per user, and how long one takes (moving average): a
+    request that would wait longer than its caller does is rejected at once (``overloaded``) instead of being
+    queued to time out, leaving a backlog of work nobody waits for.
 
-    def __init__(self, prior_s: float = 2.0, alpha: float = 0.2) -> None:
+    Fair sharing: the engine serves the earliest deadline first, so another user's long-deadline requests are
+    not all ahead of this one. A request counts, of each other user's requests, at most one more than its own
+    user holds (what round-robin between users would put ahead of it), and a user holds at most an equal share
+    of ``slots`` (the engine's sequences) while another user has a request at the engine (``rate_limited``)."""
+
+    def __init__(self, prior_s: float = 2.0, alpha: float = 0.2, slots: int = 4) -> None:
         self.inflight = 0
         self.mean_s = prior_s
+        self.slots = slots
         self._alpha = alpha
+        self._by_user: Counter[str | None] = Counter()
 
-    def expected_wait_s(self) -> float:
-        return self.inflight * self.mean_s
+    def expected_wait_s(self, user: str | None = None) -> float:
+        """How long the requests ahead of a new request of ``user`` take, as fair sharing counts them."""
+        own = self._by_user[user]
+        others = sum(min(n, own + 1) for u, n in self._by_user.items() if u != user)
+        return (own + others) * self.mean_s
 
-    def admit(self, left_s: float) -> None:
-        """Raise ``overloaded`` unless the requests ahead take less than the ``left_s`` seconds left to wait."""
-        expected_s = self.expected_wait_s()
+    def admit(self, left_s: float, user: str | None = None) -> None:
+        """Raise ``rate_limited`` when ``user`` holds their share of the engine while others wait, else
+        ``overloaded`` unless the requests ahead take less than the ``left_s`` seconds left to wait."""
+        own = self._by_user[user]
+        waiting = sum(1 for u, n in self._by_user.items() if u != user and n > 0)
+        share = max(1, self.slots // (waiting + 1))
+        if waiting and own >= share:
+            raise RateLimited(f"{own} of your requests are at the engine, your share while {waiting} other "
+                              f"user(s) wait", round(self.mean_s * 1000))
+        expected_s = self.expected_wait_s(user)
         if left_s <= 0 or expected_s > left_s:
             metrics.OVERLOADED.inc()
             raise RequestError(ErrorCode.OVERLOADED,
@@ -33,8 +51,9 @@ class EngineLoad:
                                f"{expected_s:.1f}s of work, and this request waits {max(left_s, 0):.1f}s")
 
     @contextlib.contextmanager
-    def track(self) -> Iterator[None]:
+    def track(self, user: str | None = None) -> Iterator[None]:
         self.inflight += 1
+        self._by_user[user] += 1
         started = time.perf_counter()
         ok = False
         try:
@@ -42,6 +61,9 @@ class EngineLoad:
             ok = True
         finally:
             self.inflight -= 1
+            self._by_user[user] -= 1
+            if self._by_user[user] <= 0:
+                del self._by_user[user]
             elapsed = time.perf_counter() - started
             # A request that ended without an answer (timed out, cancelled) after longer than the estimate says
             # a request takes at least that long. Without it an engine too slow for every deadline never served

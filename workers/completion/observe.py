@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import OrderedDict
 
 from ctxpress_core.wire.v1 import CompletionRequest, CompletionResponse, ErrorBody, Feedback
 from workers import metrics
@@ -14,11 +15,18 @@ from workers.telemetry import TelemetryWriter
 log = logging.getLogger("ctxpress.worker.completion")
 
 _STAGES = ("queue", "context", "prompt", "decode", "total")
+_NOT_SERVED = object()
+
+
+# Completions whose feedback this worker still takes (an editor sends it within seconds of the suggestion).
+REMEMBERED_COMPLETIONS = 50_000
 
 
 class Observer:
     def __init__(self, telemetry: TelemetryWriter | None = None) -> None:
         self.telemetry = telemetry  # None: logs and metrics only
+        # completion id -> the user it was served to: feedback is recorded for one's own completions only
+        self._served: OrderedDict[str, str | None] = OrderedDict()
 
     def completion(self, request: CompletionRequest, response: CompletionResponse, user: str | None = None) -> None:
         """Log, count and record one completion."""
@@ -54,6 +62,10 @@ class Observer:
             **{f"{stage}_ms": getattr(t, f"{stage}_ms") for stage in _STAGES},
         }
         log.info(json.dumps({"event": "completion", **{k: v for k, v in row.items() if k != "features"}}))
+        self._served[response.id] = user
+        self._served.move_to_end(response.id)
+        while len(self._served) > REMEMBERED_COMPLETIONS:
+            self._served.popitem(last=False)
         if self.telemetry is not None:
             self.telemetry.record_event(row)
 
@@ -73,11 +85,17 @@ class Observer:
                 "total_ms": (time.perf_counter() - received_at) * 1000, "user_name": user,
             })
 
-    def feedback(self, event: Feedback, user: str | None = None) -> None:
-        """An IDE's accept/dismiss of a completion: for the real acceptance rate."""
+    def feedback(self, event: Feedback, user: str | None = None) -> bool:
+        """An IDE's accept/dismiss of a completion: for the real acceptance rate. Recorded only for a completion
+        this worker served to the same user (False otherwise): another user's feedback must not make someone's
+        completion look accepted, nor can made-up ids fill the table."""
+        if self._served.get(event.completion_id, _NOT_SERVED) != user:
+            metrics.FEEDBACK.labels("not_yours").inc()
+            return False
         metrics.FEEDBACK.labels(event.action).inc()
         if self.telemetry is not None:
             self.telemetry.record_feedback({**event.model_dump(), "user_name": user})
+        return True
 
 
 def observe_retrieval(report: dict[str, object] | None) -> None:

@@ -1,7 +1,6 @@
-"""One completion request end to end, like an editor's completion provider: the request off the wire, its
-text, its in-file and cross-file context, admission to the engine, the prompt, the engine's answer and
-the reply, each outcome observed. Also the worker's other subjects: cancel, feedback and file_opened (warm
-the file, then pre-warm its prompt's stable head in the engine)."""
+"""One completion request end to end, like an editor's completion provider: the request off the wire, its text,
+its in-file and cross-file context, admission to the engine, the prompt, the engine's answer and the reply, each
+outcome observed. Also cancel, feedback and file_opened (warm the file, then pre-warm its prompt's head)."""
 
 from __future__ import annotations
 
@@ -56,8 +55,7 @@ from workers.telemetry import TelemetryWriter
 
 log = logging.getLogger("ctxpress.worker.completion")
 
-# Above this, a file's token count in the report is estimated (about 4 characters a token) rather than
-# counted: the shared tokenizer would be held for seconds by a figure nobody waits for.
+# Above this, the report's file tokens are estimated (4 characters a token): counting held the tokenizer seconds.
 EXACT_FILE_TOKENS_CHARS = 256 * 1024
 
 
@@ -86,7 +84,7 @@ class CompletionService:
         self.retriever, self.notes = retriever, notes  # None: no index (no cross-file chunks, no notes)
         self.activity = Activity()  # the note writer keeps off the engine while a request is held
         self.observe = Observer(telemetry)
-        self.engine_load = EngineLoad()
+        self.engine_load = EngineLoad(slots=settings.kv_pool_slots)
         self._file_tokens_cache: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()  # pre-warm tasks (kept referenced)
         self.follow_ups = FollowUps()
@@ -157,16 +155,17 @@ class CompletionService:
                       received_at: float, caller: Caller) -> CompletionResponse:
         """The pipeline: context, admission, inference, reply."""
         started = time.perf_counter()
+        self.engine_load.admit(self._time_left(request, received_at), caller.user)  # before the context work, too
         built = await self.library.build_prompt(request, FileView(text, digest, caller.user, caller.repositories),
                                                 self.retriever, self.notes)
         prepared = built.prepared
         observe_retrieval(prepared.report.retrieval)
         context_ms = (time.perf_counter() - started) * 1000
         left_s = self._time_left(request, received_at)
-        self.engine_load.admit(left_s)  # OVERLOADED: the requests ahead take longer than this one may wait
+        self.engine_load.admit(left_s, caller.user)  # OVERLOADED: the requests ahead take longer than it may wait
         # Counting the whole file is for the report only: do it while the model works.
         file_tokens = asyncio.get_running_loop().run_in_executor(self._low_priority, self._file_tokens, text, digest)
-        result = await self._infer(request, built, left_s)
+        result = await self._infer(request, built, left_s, caller.user)
         prepared.report.file_tokens = await file_tokens
         queue_ms = (started - received_at) * 1000
         return self._response(request, request_id, prepared, result, received_at, queue_ms, context_ms)
@@ -238,12 +237,13 @@ class CompletionService:
             timeout_s = min(timeout_s, request.timeout_ms / 1000)
         return timeout_s - (time.perf_counter() - received_at)
 
-    async def _infer(self, request: CompletionRequest, built: Prompt, left_s: float) -> CompletionResult:
+    async def _infer(self, request: CompletionRequest, built: Prompt, left_s: float,
+                     user: str | None) -> CompletionResult:
         # the engine stops once what the editor gets can no longer change (early_stop)
         settled = CompletionSettled(built.prepared.suffix, prefix=built.prepared.prefix,
                                     language=built.prepared.language)
         try:
-            with self.engine_load.track():
+            with self.engine_load.track(user):
                 return await complete(
                     self.engine, built.layout.text, template_markers=built.layout.markers,
                     max_tokens=request.max_tokens, stop_words=STOP_WORDS, timeout_s=left_s,

@@ -36,8 +36,10 @@ from indexer.embeddings import AsyncTritonEmbedder
 from serving.triton_client import TritonCompletionClient
 from syntax.warm import warm_up
 from workers import metrics
+from workers.completion.fair_gate import within_rate, within_share
 from workers.completion.notes import NoteWriter
 from workers.completion.service import CompletionService
+from workers.fair_share import UserLimits
 from workers.grants import Grants
 from workers.process import run_service
 from workers.telemetry import TelemetryWriter
@@ -65,7 +67,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     await loop.run_in_executor(None, warm_up)
     await loop.run_in_executor(None, exact_counter, memoized(count_tokens))
     engine = TritonCompletionClient(settings.effective_triton_url())
-    telemetry = TelemetryWriter(settings.effective_database_url())
+    telemetry = TelemetryWriter(settings.effective_database_url(), user_backlog=settings.telemetry_user_backlog)
     telemetry.start()
     if settings.worker_metrics_port:
         start_http_server(settings.worker_metrics_port, addr=settings.metrics_bind_host)
@@ -107,9 +109,16 @@ async def _subscribe(nc: Client, settings: Settings, service: CompletionService,
     """Every subject the worker serves, in the order they are let go at stop, each with whether it is
     drained (its received messages answered first) or only unsubscribed."""
 
+    limits, feedback_limits = UserLimits.requests(settings), UserLimits.feedback(settings)
+
+    def retry_ms() -> float:  # a request held now is likely done in about the engine's time for one
+        return service.engine_load.mean_s * 1000
+
     async def reply(msg: Msg, received_at: float) -> None:
+        user = subject_user(msg.subject)
         with service.activity.request():
-            payload = await service.handle(msg.data, received_at, subject_user(msg.subject))
+            payload = await within_share(limits, user, lambda: service.handle(msg.data, received_at, user),
+                                         retry_ms())
         if msg.reply:
             await msg.respond(payload)
 
@@ -120,14 +129,23 @@ async def _subscribe(nc: Client, settings: Settings, service: CompletionService,
         task.add_done_callback(tasks.discard)
 
     async def on_feedback(msg: Msg) -> None:
-        answer = service.feedback(msg.data, subject_user(msg.subject))
+        user = subject_user(msg.subject)
+        answer = within_rate(feedback_limits, user) or service.feedback(msg.data, user)
+        if msg.reply:
+            await msg.respond(answer)
+
+    async def opened(msg: Msg) -> None:
+        user = subject_user(msg.subject)
+        # an opened file is parsed and pre-warmed: it counts against the user's share as a request does
+        answer = await within_share(limits, user, lambda: service.file_opened(msg.data, user), retry_ms())
         if msg.reply:
             await msg.respond(answer)
 
     async def on_file_opened(msg: Msg) -> None:
-        answer = await service.file_opened(msg.data, subject_user(msg.subject))
-        if msg.reply:
-            await msg.respond(answer)
+        # From a task, as a request: one user's opened files must not queue another's behind them.
+        task = asyncio.create_task(opened(msg))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def on_cancel(msg: Msg) -> None:
         service.cancel(msg.data, subject_user(msg.subject))

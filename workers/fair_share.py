@@ -1,0 +1,108 @@
+"""Each user's own share of a service: requests held at once, and requests per second (a token bucket).
+
+The gateway and every completion worker keep one ``UserLimits`` for requests and one for feedback. A user
+over their share is answered ``rate_limited`` with ``retry_after_ms`` (``ctxpress_core.errors.RateLimited``)
+before anything costly is done for the request (its JSON is not even read), so one teammate's flood costs the
+others nothing but the refusals. The key is the user of the subject (NATS lets a user publish on their own
+subjects only); single-user mode has one key, None, whose defaults a typist never reaches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ctxpress_core.errors import RateLimited
+from ctxpress_core.settings import Settings
+
+# A request refused for the requests a user already has in flight: how soon one of them is likely done, when the
+# caller does not say (a keystroke's completion on the CPU engine takes a few hundred milliseconds).
+DEFAULT_INFLIGHT_RETRY_MS = 250
+# Users' entries kept while idle (no request held, bucket full) before such entries are forgotten.
+MAX_IDLE_ENTRIES = 1024
+
+
+@dataclass
+class _UserState:
+    tokens: float
+    updated: float
+    inflight: int = 0
+
+
+class UserLimits:
+    """``max_inflight`` requests held at once (0: no cap) and ``rate_per_s`` requests a second with bursts of
+    ``burst`` (0 per second: no rate limit), per user. Pure bookkeeping on one event loop (no lock)."""
+
+    def __init__(self, max_inflight: int, rate_per_s: float, burst: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_inflight = max_inflight
+        self.rate_per_s = rate_per_s
+        self.burst = max(1, burst)
+        self._clock = clock
+        self._users: dict[str | None, _UserState] = {}
+
+    @classmethod
+    def requests(cls, settings: Settings) -> UserLimits:
+        return cls(settings.user_max_inflight, settings.user_requests_per_s, settings.user_request_burst)
+
+    @classmethod
+    def feedback(cls, settings: Settings) -> UserLimits:
+        """Feedback holds nothing in flight; two events per suggestion (shown, then accepted or dismissed)."""
+        return cls(0, 2 * settings.user_requests_per_s, 2 * settings.user_request_burst)
+
+    def inflight(self, user: str | None) -> int:
+        state = self._users.get(user)
+        return 0 if state is None else state.inflight
+
+    def take(self, user: str | None, inflight_retry_ms: float = DEFAULT_INFLIGHT_RETRY_MS) -> None:
+        """Count one request of ``user`` against the rate, or raise ``RateLimited`` (nothing counted) when they
+        hold ``max_inflight`` already or their bucket is empty."""
+        state = self._state(user)
+        if self.max_inflight and state.inflight >= self.max_inflight:
+            raise RateLimited(f"{state.inflight} requests of yours are in flight (at most {self.max_inflight} at once)",
+                              round(inflight_retry_ms))
+        if self.rate_per_s <= 0:
+            return
+        if state.tokens < 1.0:
+            wait_ms = (1.0 - state.tokens) / self.rate_per_s * 1000
+            raise RateLimited(f"more than {self.rate_per_s:g} requests a second (bursts of {self.burst})",
+                              max(1, round(wait_ms + 0.5)))
+        state.tokens -= 1.0
+
+    @contextlib.contextmanager
+    def hold(self, user: str | None, inflight_retry_ms: float = DEFAULT_INFLIGHT_RETRY_MS) -> Iterator[None]:
+        """One request of ``user`` held while the block runs (``take`` first: refused, nothing is held)."""
+        self.take(user, inflight_retry_ms)
+        with self.held(user):
+            yield
+
+    @contextlib.contextmanager
+    def held(self, user: str | None) -> Iterator[None]:
+        """One request of ``user`` counted in flight while the block runs (``take`` has admitted it)."""
+        state = self._state(user)
+        state.inflight += 1
+        try:
+            yield
+        finally:
+            state.inflight -= 1
+
+    def _state(self, user: str | None) -> _UserState:
+        now = self._clock()
+        state = self._users.get(user)
+        if state is None:
+            if len(self._users) >= MAX_IDLE_ENTRIES:
+                self._forget_idle(now)
+            state = self._users[user] = _UserState(tokens=float(self.burst), updated=now)
+        elif self.rate_per_s > 0:
+            state.tokens = min(float(self.burst), state.tokens + (now - state.updated) * self.rate_per_s)
+            state.updated = now
+        return state
+
+    def _forget_idle(self, now: float) -> None:
+        """An idle user's entry says nothing a fresh one would not (a full bucket, nothing held)."""
+        for user, state in list(self._users.items()):
+            refilled = state.tokens + (now - state.updated) * self.rate_per_s
+            if state.inflight == 0 and (self.rate_per_s <= 0 or refilled >= self.burst):
+                del self._users[user]
