@@ -10,6 +10,7 @@ subjects only); single-user mode has one key, None, whose defaults a typist neve
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ctxpress_core.settings import Settings
 DEFAULT_INFLIGHT_RETRY_MS = 250
 # Users' entries kept while idle (no request held, bucket full) before such entries are forgotten.
 MAX_IDLE_ENTRIES = 1024
+_EPSILON = 1e-6
 
 
 @dataclass
@@ -65,11 +67,11 @@ class UserLimits:
                               round(inflight_retry_ms))
         if self.rate_per_s <= 0:
             return
-        if state.tokens < 1.0:
+        if state.tokens < 1.0 - _EPSILON:  # (a token refilled over 0.1 s at 10/s is 0.9999…)
             wait_ms = (1.0 - state.tokens) / self.rate_per_s * 1000
             raise RateLimited(f"more than {self.rate_per_s:g} requests a second (bursts of {self.burst})",
-                              max(1, round(wait_ms + 0.5)))
-        state.tokens -= 1.0
+                              max(1, math.ceil(wait_ms - _EPSILON)))
+        state.tokens = max(0.0, state.tokens - 1.0)
 
     @contextlib.contextmanager
     def hold(self, user: str | None, inflight_retry_ms: float = DEFAULT_INFLIGHT_RETRY_MS) -> Iterator[None]:

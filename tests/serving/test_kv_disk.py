@@ -103,3 +103,18 @@ def test_an_evicted_file_and_the_pool_after_a_restart_come_back_from_disk(model_
     assert fresh.restored_tokens == 0 and restarted.status()["disk"]["dropped"] == 1  # type: ignore[attr-defined]
     assert text2.strip()
 
+
+
+def test_one_users_files_cannot_push_every_other_users_out_of_the_tier(tmp_path: Path) -> None:
+    """alice saves file after file: over the budget, the user holding the most bytes loses their oldest file, so
+    bob's one older file stays."""
+    blob = b"\x07" * 1000
+    tier = KVDiskTier(tmp_path, budget_bytes=4 * (len(blob) + 2000), fingerprint="model-a")
+    tier.save("m:bob:r:b.py", TOKENS, blob)
+    os.utime(tier.path_for("m:bob:r:b.py"), (1, 1))  # the least recently used file of all
+    for i in range(8):
+        tier.save(f"m:alice:r:a{i}.py", TOKENS, blob)
+        os.utime(tier.path_for(f"m:alice:r:a{i}.py"), (10 + i, 10 + i))
+    assert tier.load("m:bob:r:b.py") is not None
+    assert tier.load("m:alice:r:a7.py") is not None and tier.load("m:alice:r:a0.py") is None
+    assert tier.usage()[1] <= tier.budget_bytes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.engine.kv_pool import KVPool
+from serving.engine.kv_pool import KVPool, Lease
 
 
 def test_a_file_returns_to_its_own_slot_and_reuses_its_prefix() -> None:
@@ -62,3 +62,41 @@ def test_a_prompt_larger_than_a_slot_is_refused_before_anything_changes() -> Non
     with pytest.raises(ValueError, match="does not fit"):
         pool.lease("b", list(range(8)), room=5)
     assert pool.slots[0].key == "a" and pool.slots[0].tokens == [1, 2]
+
+
+def _leased(pool: KVPool, key: str, prompt: list[int]) -> Lease:
+    """A lease whose prompt the engine then processed (its slot holds the prompt's tokens)."""
+    lease = pool.lease(key, prompt, room=1)
+    lease.slot.tokens = list(prompt)
+    return lease
+
+
+def test_a_user_opening_file_after_file_evicts_their_own_not_everyone_elses() -> None:
+    """Team mode keys name their user (model:user:repository:path): alice's new files take her own slots back
+    once she holds her share, and bob's files stay."""
+    pool = KVPool(n_slots=4, cells_per_slot=64)
+    _leased(pool, "m:bob:r:b1.py", [1, 2, 3])
+    for i in range(10):
+        _leased(pool, f"m:alice:r:a{i}.py", [1, 2, 3])
+    held = sorted(s.key or "" for s in pool.slots)
+    assert held == ["m:alice:r:a7.py", "m:alice:r:a8.py", "m:alice:r:a9.py", "m:bob:r:b1.py"]
+    assert pool.lease("m:bob:r:b1.py", [1, 2, 3, 4], room=1).reused == 3  # bob's KV was kept
+
+
+def test_a_user_under_their_share_takes_the_slot_of_the_user_holding_the_most() -> None:
+    pool = KVPool(n_slots=4, cells_per_slot=64)
+    _leased(pool, "m:bob:r:b1.py", [1, 2])  # least recently used of all
+    for i in range(3):
+        _leased(pool, f"m:alice:r:a{i}.py", [1, 2])
+    lease = _leased(pool, "m:carol:r:c1.py", [1, 2])
+    assert lease.evicted == ["m:alice:r:a0.py"]  # not bob's older slot: alice holds three
+    lease = _leased(pool, "m:bob:r:b2.py", [1, 2])
+    assert lease.evicted == ["m:bob:r:b1.py"]  # two each, his new file counted: his own oldest goes
+
+
+def test_one_owner_evicts_least_recently_used_as_before() -> None:
+    pool = KVPool(n_slots=2, cells_per_slot=64)
+    _leased(pool, "m:r:a.py", [1, 2])
+    _leased(pool, "m:r:b.py", [1, 2])
+    _leased(pool, "m:r:a.py", [1, 2, 3])
+    assert pool.lease("m:r:c.py", [1, 2], room=1).evicted == ["m:r:b.py"]
