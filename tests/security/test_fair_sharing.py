@@ -195,3 +195,18 @@ async def test_feedback_counts_only_for_the_users_own_completions(
             assert sorted(tuple(r) for r in rows) == [("bob", "shown")]
     finally:
         await telemetry.close()
+
+
+async def test_a_file_opened_storm_is_bounded_per_user(settings: Settings, alice: identity.NatsCredentials,
+                                                        bob: identity.NatsCredentials) -> None:
+    """Sixty file_opened of alice at once: past her share they are refused ``rate_limited`` (before: every one
+    parsed and pre-warmed); bob's file_opened meanwhile is served."""
+    engine = ScriptedEngine("", step_s=0.0)
+    async with team_stack(settings, engine), developer(alice) as a, developer(bob) as b:
+        await until_served(b, bob)
+        opened = {"repository": REPOSITORY, "text": TEXT * 200, "language": "python"}
+        storm = await asyncio.gather(*(ask(a, alice, "file_opened", {**opened, "path": f"s/{i}.py"})
+                                       for i in range(60)))
+        refused = [r for r in storm if r.get("error", {}).get("code") == "rate_limited"]
+        assert len(refused) >= 60 - settings.user_request_burst, storm[:3]
+        assert (await ask(b, bob, "file_opened", {**opened, "path": "mine.py"})).get("ok") is True
