@@ -202,11 +202,12 @@ async def test_a_file_opened_storm_is_bounded_per_user(settings: Settings, alice
     """Sixty file_opened of alice at once: past her share they are refused ``rate_limited`` (before: every one
     parsed and pre-warmed); bob's file_opened meanwhile is served."""
     engine = ScriptedEngine("", step_s=0.0)
-    async with team_stack(settings, engine), developer(alice) as a, developer(bob) as b:
+    limited = settings.model_copy(update={"user_request_burst": 10})
+    async with team_stack(limited, engine), developer(alice) as a, developer(bob) as b:
         await until_served(b, bob)
         opened = {"repository": REPOSITORY, "text": TEXT * 200, "language": "python"}
         storm = await asyncio.gather(*(ask(a, alice, "file_opened", {**opened, "path": f"s/{i}.py"})
                                        for i in range(60)))
         refused = [r for r in storm if r.get("error", {}).get("code") == "rate_limited"]
-        assert len(refused) >= 60 - settings.user_request_burst, storm[:3]
+        assert len(refused) >= 50, storm[:3]
         assert (await ask(b, bob, "file_opened", {**opened, "path": "mine.py"})).get("ok") is True
