@@ -111,6 +111,15 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             print("error: --scenario shards runs alone (it starts a topology of its own)", file=sys.stderr)
             return 2
         return _shards(settings)
+    if "fairness" in scenarios:
+        if scenarios != ["fairness"]:
+            print("error: --scenario fairness runs alone (it starts a team appliance of its own)", file=sys.stderr)
+            return 2
+        from ctxpress.evaluation.bench import third_party_root
+        from ctxpress.evaluation.fairness_bench import main as fairness
+
+        return fairness(cfg, next(iter(args.file), third_party_root() / "engine" / "result.py"), args.engine,
+                        settings)
     if "load" in scenarios:
         if scenarios != ["load"]:
             print("error: --scenario load runs alone (it measures the appliance's memory)", file=sys.stderr)

@@ -88,6 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     be.add_argument("--background-nice", type=int, default=10, metavar="NICE",
                     help="the background load's nice level: 10 (default) as a build that lowers its priority, "
                          "0 as a test run started in a terminal")
+    be.add_argument("--engine", choices=["scripted", "triton"], default="scripted",
+                    help="fairness: the scripted engine (earliest deadline first, one step at a time; no model) or "
+                         "the running appliance's Triton (its CPU engine)")
     be.set_defaults(func=cmd_bench)
 
     st = sub.add_parser("stats", help="summarise per-request telemetry")
