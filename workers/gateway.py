@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -57,6 +57,12 @@ NO_WORKER_PAUSE_S = 0.25
 MAX_ID_CHARS = 128
 # A request larger than this is read on a thread: the event loop keeps relaying others' replies meanwhile.
 PARSE_ON_THREAD_BYTES = 64 * 1024
+# A refusal (over the user's share, too large) is answered after its retry-after, at most this long: a client that
+# asks again as soon as it is refused (a flood waits for each answer) is slowed to the rate it is allowed, instead
+# of costing the appliance's cores a refusal at a time. Beyond TARPIT_PER_USER refusals held for one user, the
+# others are answered at once (holding them is memory).
+TARPIT_MAX_MS = 2000
+TARPIT_PER_USER = 64
 
 
 @dataclass(frozen=True)
@@ -121,22 +127,39 @@ class Gateway:
         self.limits = UserLimits.requests(settings)
         self.feedback_limits = UserLimits.feedback(settings)
         self.cancel_limits = UserLimits.feedback(settings)  # a cancel per superseded keystroke at most
+        self._tarpitted: Counter[str | None] = Counter()  # refusals held back, per user
 
     async def admitted(self, user: str | None, data: bytes, work: Callable[[Head], Awaitable[bytes]],
                        limits: UserLimits | None = None) -> bytes:
         """``work``'s reply for a request within the size limit and its user's share, read only then; the
         refusal otherwise. ``limits``: the user's share of this kind (default: requests, held while relayed)."""
         if len(data) > self.settings.max_request_bytes:
-            return error_payload(ErrorCode.PAYLOAD_TOO_LARGE,
-                                 f"request is {len(data)} bytes; the limit is {self.settings.max_request_bytes}")
+            limit = self.settings.max_request_bytes
+            return await self.tarpit(user, TARPIT_MAX_MS, error_payload(
+                ErrorCode.PAYLOAD_TOO_LARGE, f"request is {len(data)} bytes; the limit is {limit}"))
         try:
             (limits or self.limits).take(user)
         except RateLimited as exc:
-            return ErrorResponse(error=ErrorBody.of(exc)).model_dump_json().encode()
+            return await self.tarpit(user, exc.retry_after_ms,
+                                     ErrorResponse(error=ErrorBody.of(exc)).model_dump_json().encode())
         if limits is not None:
             return await work(await self.head_of(data))
         with self.limits.held(user):
             return await work(await self.head_of(data))
+
+    async def tarpit(self, user: str | None, delay_ms: float, refusal: bytes) -> bytes:
+        """``refusal``, answered after ``delay_ms`` (at most ``TARPIT_MAX_MS``) while the user has fewer than
+        ``TARPIT_PER_USER`` refusals waiting, else at once."""
+        if self._tarpitted[user] >= TARPIT_PER_USER:
+            return refusal
+        self._tarpitted[user] += 1
+        try:
+            await asyncio.sleep(min(delay_ms, TARPIT_MAX_MS) / 1000)
+        finally:
+            self._tarpitted[user] -= 1
+            if not self._tarpitted[user]:
+                del self._tarpitted[user]
+        return refusal
 
     @staticmethod
     async def head_of(data: bytes) -> Head:

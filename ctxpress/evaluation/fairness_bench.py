@@ -19,6 +19,7 @@ import contextlib
 import heapq
 import itertools
 import json
+import os
 import socket
 import sys
 import tempfile
@@ -41,12 +42,11 @@ from ctxpress_core import identity, inference
 from ctxpress_core.settings import Settings
 from serving.engine_api import CompletionEngine, EngineRequest, Piece
 from workers.completion.in_process import running_worker
-from workers.gateway import run_gateway
 
 REPOSITORY = "bench"
 BOB_TIMEOUT_MS = 10_000  # an editor's deadline for a keystroke's suggestion
 FLOOD_TEXT = "def f(x):\n    return x + 1\n\n" * 6_000  # ~170 KB: parsed and embedded, the costly context work
-BIG_PAYLOAD = b'{"text": "' + b"x" * (8 << 20) + b'"}'
+BIG_PAYLOAD = b'{"text": "' + b"x" * ((8 << 20) - 64) + b'"}'
 
 
 class EdfEngine:
@@ -156,18 +156,34 @@ async def team_appliance(home: Path, engine: CompletionEngine, count_tokens: Cal
             users.append(identity.NatsCredentials(settings.effective_nats_url(), name, password,
                                                   identity.client_ca(settings)))
         team.sync_authorization(settings, lambda line: None)
-        stop = asyncio.Event()
-        gateway = asyncio.create_task(run_gateway(settings, stop))
+        env = {**os.environ, "CTXPRESS_HOME": str(home), "CTXPRESS_TEAM": "true", "CTXPRESS_DATABASE_URL": url,
+               "CTXPRESS_NATS_PORT": str(nats_port), "CTXPRESS_NATS_MONITOR_PORT": str(monitor_port),
+               "CTXPRESS_SHARDS": "1", **{f"CTXPRESS_{k.upper()}": str(v) for k, v in over.items()}}
+        # the gateway in a process of its own, as `ctxpress up` runs it: its relaying is not the worker's loop's
+        gateway = await asyncio.create_subprocess_exec(sys.executable, "-m", "workers.gateway", env=env)
         async with running_worker(settings.model_copy(update={"shard": 0}), engine, count_tokens):
             try:
                 yield tuple(users)
             finally:
-                stop.set()
-                await asyncio.wait_for(asyncio.gather(gateway, return_exceptions=True), 30)
+                gateway.terminate()
+                await asyncio.wait_for(gateway.wait(), 30)
     finally:
         if nats_part is not None:
             nats_part.stop()
         postgres.stop()
+
+
+async def _until_served(client: Any, bob: identity.NatsCredentials) -> None:
+    probe = json.dumps({"repository": REPOSITORY, "path": "probe.py", "text": "x\n", "line": 9, "column": 0})
+    for _ in range(300):
+        try:
+            reply = json.loads((await client.request(bob.subject("complete"), probe.encode(), timeout=2)).data)
+            if reply.get("error", {}).get("code") == "cursor_out_of_range":  # the worker answered, through the gateway
+                return
+        except Exception:  # not up yet
+            pass
+        await asyncio.sleep(0.2)
+    raise RuntimeError("the gateway and the worker did not answer within a minute")
 
 
 async def _typist(client: Any, bob: identity.NatsCredentials, steps: list[TypingStep], cfg: BenchConfig,
@@ -249,6 +265,7 @@ async def run_fairness(cfg: BenchConfig, typing_file: Path, engine_kind: str, se
         async with team_appliance(Path(home), engine, count_tokens, over) as (alice, bob):
             b = await nats.connect(bob.nats_url, **bob.connect_options())
             try:
+                await _until_served(b, bob)
                 report("fairness: bob types alone")
                 alone = await _typist(b, bob, steps, cfg, "alone")
                 report("fairness: bob types while alice floods (from a process of her own)")

@@ -131,3 +131,14 @@ def test_one_users_feedback_spam_does_not_drop_another_users_rows() -> None:
     assert [r["user_name"] for r in writer._feedback].count("alice") == 30
     assert [r["completion_id"] for r in writer._feedback if r["user_name"] == "bob"] == ["b1"]
     assert [r["request_id"] for r in writer._events] == ["b2"]
+
+
+def test_another_users_long_requests_do_not_make_a_short_one_look_late() -> None:
+    """alice's requests take 20 s each, bob's 0.5 s: the engine interleaves their steps, so each of hers ahead
+    delays his by at most his own time."""
+    load = EngineLoad(prior_s=1.0, alpha=1.0, slots=4)
+    load._user_mean_s.update({"alice": 20.0, "bob": 0.5})
+    with load.track("alice"), load.track("alice"):
+        assert load.expected_wait_s("bob") == 0.5
+        load.admit(5.0, "bob")
+        assert load.expected_wait_s("alice") == 40.0

@@ -19,7 +19,10 @@ class EngineLoad:
     Fair sharing: the engine serves the earliest deadline first, so another user's long-deadline requests are
     not all ahead of this one. A request counts, of each other user's requests, at most one more than its own
     user holds (what round-robin between users would put ahead of it), and a user holds at most an equal share
-    of ``slots`` (the engine's sequences) while another user has a request at the engine (``rate_limited``)."""
+    of ``slots`` (the engine's sequences) while another user has a request at the engine (``rate_limited``).
+    The engine interleaves its sequences step by step, so another user's request delays this one by at most
+    this user's own request time: each user's time is averaged apart, and another's long requests (256 tokens
+    each) do not make a keystroke's short one look like it cannot be served in time."""
 
     def __init__(self, prior_s: float = 2.0, alpha: float = 0.2, slots: int = 4) -> None:
         self.inflight = 0
@@ -27,12 +30,16 @@ class EngineLoad:
         self.slots = slots
         self._alpha = alpha
         self._by_user: Counter[str | None] = Counter()
+        self._user_mean_s: dict[str | None, float] = {}  # bounded by the users (a subject's user) seen
+
+    def user_mean_s(self, user: str | None) -> float:
+        return self._user_mean_s.get(user, self.mean_s)
 
     def expected_wait_s(self, user: str | None = None) -> float:
         """How long the requests ahead of a new request of ``user`` take, as fair sharing counts them."""
-        own = self._by_user[user]
-        others = sum(min(n, own + 1) for u, n in self._by_user.items() if u != user)
-        return (own + others) * self.mean_s
+        own, mine = self._by_user[user], self.user_mean_s(user)
+        others = sum(min(n, own + 1) * min(self.user_mean_s(u), mine) for u, n in self._by_user.items() if u != user)
+        return own * mine + others
 
     def admit(self, left_s: float, user: str | None = None) -> None:
         """Raise ``rate_limited`` when ``user`` holds their share of the engine while others wait, else
@@ -70,3 +77,6 @@ class EngineLoad:
             # a request to learn from, and every request was accepted only to time out.
             if ok or elapsed > self.mean_s:
                 self.mean_s += self._alpha * (elapsed - self.mean_s)
+            mine = self._user_mean_s.get(user, self.mean_s)
+            if ok or elapsed > mine:
+                self._user_mean_s[user] = mine + self._alpha * (elapsed - mine)
