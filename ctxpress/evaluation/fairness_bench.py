@@ -50,8 +50,9 @@ BIG_PAYLOAD = b'{"text": "' + b"x" * ((8 << 20) - 64) + b'"}'
 
 
 class EdfEngine:
-    """A scripted engine with one compute unit: each step (64 prompt tokens, or one generated token) goes to
-    the waiting request due earliest, as the CPU engine's latency-first scheduler serves its sequences."""
+    """A scripted engine with one compute unit, scheduled as the CPU engine's latency-first scheduler is: the
+    request due earliest runs, step by step (64 prompt tokens, or one generated token, a step), and gives way
+    between two steps to a request due before it."""
 
     def __init__(self, step_s: float = 0.02, prompt_step_tokens: int = 64) -> None:
         self.step_s = step_s
@@ -63,39 +64,49 @@ class EdfEngine:
     def __str__(self) -> str:
         return "the scripted EDF engine"
 
-    async def _step(self, due: float) -> None:
-        if self._busy or self._waiting:
-            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._waiting, (due, next(self._order), turn))
-            try:
-                await turn
-            except asyncio.CancelledError:
-                if turn.done() and not turn.cancelled():  # handed the turn as it was cancelled: pass it on
-                    self._release()
-                raise
-        self._busy = True
+    async def _acquire(self, due: float) -> None:
+        if not self._busy and not self._waiting:
+            self._busy = True
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (due, next(self._order), turn))
         try:
-            await asyncio.sleep(self.step_s)
-        finally:
-            self._release()
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():  # handed the engine as it was cancelled: pass it on
+                self._release()
+            raise
 
     def _release(self) -> None:
         self._busy = False
         while self._waiting:
             _, _, turn = heapq.heappop(self._waiting)
             if not turn.done():
-                self._busy = True  # handed over: the next step's owner runs it
+                self._busy = True  # handed over: the waiter due earliest runs next
                 turn.set_result(None)
                 return
+
+    async def _steps(self, n: int, due: float) -> AsyncIterator[None]:
+        await self._acquire(due)
+        try:
+            for _ in range(n):
+                await asyncio.sleep(self.step_s)
+                if self._waiting and self._waiting[0][0] < due:  # a request due before this one: give way
+                    self._release()
+                    await self._acquire(due)
+                yield
+        finally:
+            self._release()
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[Piece]:
         due = time.monotonic() + (request.deadline_ms or 600_000) / 1000
         prompt_tokens = max(1, len(request.prompt) // 4)
-        for _ in range(-(-prompt_tokens // self.prompt_step_tokens)):
-            await self._step(due)
-        for _ in range(request.max_tokens):
-            await self._step(due)
-            yield Piece("x ")
+        prompt_steps = -(-prompt_tokens // self.prompt_step_tokens)
+        step = 0
+        async for _ in self._steps(prompt_steps + request.max_tokens, due):
+            step += 1
+            if step > prompt_steps:
+                yield Piece("x ")
         yield Piece("", {inference.CTX_PROMPT_TOKENS: prompt_tokens,
                          inference.CTX_COMPLETION_TOKENS: request.max_tokens}, "length")
 
@@ -106,6 +117,7 @@ class EdfEngine:
 @dataclass
 class Figures:
     latencies_ms: list[float] = field(default_factory=list)
+    context_ms: list[float] = field(default_factory=list)  # the worker's context work, of each answered request
     codes: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> dict[str, Any]:
@@ -114,6 +126,7 @@ class Figures:
         return {"requests": total, "answered": answered, "answered_share": answered / total if total else None,
                 "p50_ms": percentile(self.latencies_ms, 50) if self.latencies_ms else None,
                 "p95_ms": percentile(self.latencies_ms, 95) if self.latencies_ms else None,
+                "context_ms_p50": percentile(self.context_ms, 50) if self.context_ms else None,
                 "outcomes": dict(self.codes)}
 
 
@@ -205,6 +218,7 @@ async def _typist(client: Any, bob: identity.NatsCredentials, steps: list[Typing
         figures.codes[code] += 1
         if code == "ok":
             figures.latencies_ms.append(latency)
+            figures.context_ms.append(float(reply.get("timings", {}).get("context_ms", 0.0)))
         return latency, reply
 
     await replay_typing(steps, cfg, send, Progress(len(steps), f"bob typing ({label})"), label)
@@ -294,12 +308,12 @@ def report_lines(f: dict[str, Any]) -> list[str]:
         return "-" if v is None else f"{v:.0f}"
 
     lines = [f"fairness (engine: {f['engine']})", f"{'bob':<10}{'requests':>9}{'answered':>9}{'share':>7}"
-             f"{'p50 ms':>8}{'p95 ms':>8}"]
+             f"{'p50 ms':>8}{'p95 ms':>8}{'context p50':>12}"]
     for label in ("alone", "flooded"):
         s = f[f"bob_{label}"]
         share = "-" if s["answered_share"] is None else f"{s['answered_share']:.0%}"
         lines.append(f"{label:<10}{s['requests']:>9}{s['answered']:>9}{share:>7}{ms(s['p50_ms']):>8}"
-                     f"{ms(s['p95_ms']):>8}")
+                     f"{ms(s['p95_ms']):>8}{ms(s['context_ms_p50']):>12}")
     ratio = "-" if f["p50_ratio"] is None else f"{f['p50_ratio']:.2f}x"
     share = "-" if f["answered_ratio"] is None else f"{f['answered_ratio']:.2f}"
     lines.append(f"p50 flooded/alone {ratio} (target <= 1.5x), answered ratio {share} (target >= 0.9): "
