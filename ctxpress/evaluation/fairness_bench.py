@@ -289,8 +289,12 @@ async def run_fairness(cfg: BenchConfig, typing_file: Path, engine_kind: str, se
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
                 await asyncio.sleep(3.0)  # the flood under way before bob's first keystroke
                 flooded = await _typist(b, bob, steps, cfg, "flooded")
-                out, _ = await asyncio.wait_for(flood.communicate(b"stop\n"), 120)
-                seen = json.loads(out.decode().strip().splitlines()[-1]) if out.strip() else {}
+                try:
+                    out, _ = await asyncio.wait_for(flood.communicate(b"stop\n"), 60)
+                except TimeoutError:
+                    flood.kill()
+                    out = b""
+                seen = json.loads(out.decode().strip().splitlines()[0]) if out.strip() else {}
             finally:
                 await b.close()
     one, two = alone.summary(), flooded.summary()
@@ -339,9 +343,11 @@ async def _flood_process(credentials_file: str) -> None:
     flood = asyncio.create_task(_flood(client, alice, stop, seen))
     await asyncio.to_thread(sys.stdin.readline)
     stop.set()
-    await asyncio.wait_for(flood, 60)
-    await client.close()
-    print(json.dumps(dict(seen)))
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError):  # requests still unanswered are abandoned
+        await asyncio.wait_for(flood, 5)
+    print(json.dumps(dict(seen)), flush=True)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.close(), 5)
 
 
 if __name__ == "__main__":
