@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import nats
