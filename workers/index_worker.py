@@ -44,6 +44,7 @@ from db.session import refuses_values
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
 from indexer.stream import dead_letters, ensure_stream, next_batch, retry_delay_s
+from workers import replies
 from workers.grants import Grants
 from workers.process import run_service
 
@@ -286,6 +287,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     sub = await js.pull_subscribe_bind(settings.index_consumer, settings.index_stream)
 
     async def on_status(msg: Msg) -> None:
+        if not msg.reply or not replies.answerable(msg, team=grants is not None, service="index-worker"):
+            return
         try:
             dead = await dead_letters(js, settings)
         except Exception as exc:  # the status still answers: the count is what is missing
