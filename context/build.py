@@ -7,6 +7,7 @@ worker, a benchmark) owns the file's text and the reader's grants; the library o
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,7 +50,7 @@ class ContextLibrary:
 
     def __init__(self, settings: Settings, count_tokens: Callable[[str], int], model_name: str) -> None:
         self.model_name = model_name
-        # per (repository, path): its parsed versions, steady excerpts and held cross-file chunks
+        # per (owner, repository, path): its parsed versions, steady excerpts and held cross-file chunks
         self.sessions = FileSessions()
         self.preparer = ContextPreparer(settings, count_tokens, self.sessions)
         self.chunks = CrossFileChunks(count_tokens, self.sessions)
@@ -70,15 +71,16 @@ class ContextLibrary:
         if longest > MAX_LINE_CHARS:
             # minified or generated code: the window around the cursor, long lines cut, no parse, no
             # retrieval (every pass over such a line costs in proportion to its length)
-            return await loop.run_in_executor(None, self.preparer.prepare_long_lines, request, view.text,
-                                              view.digest, longest)
+            return await loop.run_in_executor(None, functools.partial(
+                self.preparer.prepare_long_lines, request, view.text, view.digest, longest, owner=view.owner))
         noted = (await notes.for_file(request.repository, request.path)
                  if notes is not None and request.mode == "optimized" and resolve(request.features)["model_notes"]
                  else None)
-        prepare = loop.run_in_executor(None, self.preparer.prepare, request, view.text, view.digest, noted)
+        prepare = loop.run_in_executor(None, functools.partial(self.preparer.prepare, request, view.text, view.digest,
+                                                               noted, owner=view.owner))
         if retriever is None or not self.chunks.wanted(request):
             return await prepare
         prepared, retrieval = await asyncio.gather(
             prepare, self.chunks.retrieve(retriever, request, view.text, view.owner, view.repositories))
-        await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request)
+        await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request, view.owner)
         return prepared

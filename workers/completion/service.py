@@ -341,7 +341,7 @@ class CompletionService:
         if await loop.run_in_executor(None, longest_line, event.text) > MAX_LINE_CHARS:
             return json.dumps({"ok": False, "reason": "long lines: completions there use the window"}).encode()
         try:
-            session = self.library.sessions.get(event.repository, event.path)
+            session = self.library.sessions.get(event.repository, event.path, caller.user)
             warm_ms = await loop.run_in_executor(
                 self._low_priority, functools.partial(warm_file, session, event.text, event.language,
                                                       count_tokens=self.count_tokens))
@@ -376,8 +376,8 @@ class CompletionService:
                                     column=column, language=event.language, mode="optimized",
                                     features=event.features)
         loop = asyncio.get_running_loop()
-        prepared = await loop.run_in_executor(None, self.library.preparer.prepare, request, event.text,
-                                              content_hash(event.text))
+        prepared = await loop.run_in_executor(None, functools.partial(
+            self.library.preparer.prepare, request, event.text, content_hash(event.text), owner=caller.user))
         # what the next request's prompt will start with
         head = prompt.prewarm_head(prepared) if event.line is not None else prompt.prewarm_file_head(prepared)
         if head is None:
