@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     Strict,
     ValidationInfo,
     field_validator,
@@ -21,7 +22,7 @@ from pydantic import (
 )
 
 from ctxpress_core import features
-from ctxpress_core.errors import CtxpressError, ErrorCode, UnsupportedLanguage
+from ctxpress_core.errors import SERVER_SIDE_MESSAGES, CtxpressError, ErrorCode, UnsupportedLanguage
 from ctxpress_core.languages import KNOWN_LANGUAGES, normalize_language
 
 SUBJECT_COMPLETE = "ctxpress.v1.complete"
@@ -55,10 +56,21 @@ class ErrorBody(BaseModel):
     message: str
     details: list[dict[str, object]] | None = None
 
+    _detail: str | None = PrivateAttr(default=None)  # what failed, for the log: never on the wire
+
     @classmethod
     def of(cls, error: CtxpressError) -> ErrorBody:
-        """The reply to a request that failed with ``error``: its class says the code."""
-        return cls(code=error.code, message=str(error), details=error.details)
+        """The reply to a request that failed with ``error``: its class says the code. A failure on the appliance's
+        side gets its code's fixed message (``SERVER_SIDE_MESSAGES``); its text stays in ``detail``."""
+        generic = SERVER_SIDE_MESSAGES.get(error.code)
+        body = cls(code=error.code, message=generic or str(error), details=None if generic else error.details)
+        body._detail = str(error)
+        return body
+
+    @property
+    def detail(self) -> str:
+        """What the worker's log says of this error: the failure's own text where the reply has a fixed one."""
+        return self._detail or self.message
 
 
 class ErrorResponse(BaseModel):

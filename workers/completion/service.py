@@ -345,9 +345,9 @@ class CompletionService:
             warm_ms = await loop.run_in_executor(
                 self._low_priority, functools.partial(warm_file, session, event.text, event.language,
                                                       count_tokens=self.count_tokens))
-        except Exception as exc:  # warming is optional: the first completion will parse instead
+        except Exception:  # warming is optional: the first completion will parse instead
             log.exception("warming %s failed", event.path)
-            return json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()
+            return json.dumps({"ok": False, "reason": "warming failed; the first completion parses instead"}).encode()
         task = asyncio.create_task(self._prewarm_logged(event, caller))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
