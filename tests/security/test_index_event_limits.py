@@ -13,15 +13,18 @@ import nats
 import pytest
 from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import ValidationError
+from sqlalchemy import text
 
 from ctxpress.parts.nats_server import NatsPart
 from ctxpress_core.identity import user_subject
 from ctxpress_core.settings import Settings
-from ctxpress_core.wire.v1 import MAX_INDEX_PATH_BYTES, ChangedPath, FileSaved
+from ctxpress_core.wire.v1 import MAX_INDEX_PATH_BYTES, SUBJECT_INDEX_GIT, ChangedPath, FileSaved
+from db.session import engine_for
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import Indexer
 from indexer.stream import dead_letters, ensure_stream
 from tests.team_services import embedded_postgres, team_settings
+from workers.grants import Grants
 from workers.index_worker import IndexWorker
 
 pytestmark = pytest.mark.services
@@ -74,6 +77,31 @@ async def test_a_path_too_long_for_the_index_is_invalid_not_a_dead_letter(servic
         assert await dead_letters(js, services) == 0
         with pytest.raises(NatsTimeoutError):  # terminated: never delivered again
             await sub.fetch(1, timeout=2)
+    finally:
+        embedder.close()
+        await nc.close()
+
+
+async def test_a_team_worker_refuses_an_event_without_a_user(services: Settings) -> None:
+    """Team mode leaves ctxpress.v1.index.git out of the stream; one there anyway (a stream made before, an
+    operator's) names no user, so no grant can be checked: terminated as forbidden. Before, it skipped the check
+    and went into the shared index of whatever repository it named."""
+    nc = await nats.connect(services.effective_nats_url())
+    embedder = TritonEmbedder("127.0.0.1:1")
+    try:
+        js = nc.jetstream()
+        await ensure_stream(js, services)  # single-user: the stream still takes the user-less subjects
+        event = {"repository": "userless", "commit": "b" * 40, "hook": "post-commit",
+                 "changes": [{"path": "blob.bin.py", "status": "A", "skipped": "binary"}]}
+        await js.publish(SUBJECT_INDEX_GIT, json.dumps(event).encode())
+        sub = await js.pull_subscribe_bind(services.index_consumer, services.index_stream)
+        msgs = await sub.fetch(1, timeout=5)
+        url = services.effective_database_url()
+        worker = IndexWorker(services, Indexer(url, embedder), grants=Grants(url), js=js)  # as in team mode
+        await worker.handle_batch(msgs)
+        assert worker.stats.forbidden == 1
+        with engine_for(url).connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM repositories WHERE name = 'userless'")).scalar() == 0
     finally:
         embedder.close()
         await nc.close()
