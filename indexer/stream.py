@@ -47,20 +47,22 @@ MANAGED_FIELDS = ("discard", "discard_new_per_subject", "max_msgs_per_subject", 
 
 def stream_config(settings: Settings) -> StreamConfig:
     per_user = [user_subject("*", "file_saved"), user_subject("*", "index_git")]
+    team = team_mode(settings)
     return StreamConfig(
         name=settings.index_stream,
         # Team mode: editors save, and their git hooks publish, on their own subjects; the worker checks their grant.
         # The user-less subjects only where nobody else can reach NATS (a single-user appliance).
-        subjects=per_user if team_mode(settings) else [*USERLESS_SUBJECTS, *per_user],
+        subjects=per_user if team else [*USERLESS_SUBJECTS, *per_user],
         retention=RetentionPolicy.WORK_QUEUE,  # an acked event is done: it leaves the stream
         storage=StorageType.FILE,
         max_age=7 * 24 * 3600,
-        # A quota per subject, so per user and kind: past it, that subject's next publish is refused (its publisher
-        # gets an error ack) instead of the oldest events, anyone's, being dropped to make room. A full stream
-        # refuses too; it never evicts what is pending.
-        discard=DiscardPolicy.NEW,
-        discard_new_per_subject=True,
-        max_msgs_per_subject=settings.index_user_max_events,
+        # Team mode: a quota per subject, so per user and kind: past it, that subject's next publish is refused (its
+        # publisher gets an error ack) instead of the oldest events, anyone's, being dropped to make room; a full
+        # stream refuses too, it never evicts what is pending. A single user has nobody to starve: a long rebase
+        # with the worker down keeps its newest events, as before.
+        discard=DiscardPolicy.NEW if team else DiscardPolicy.OLD,
+        discard_new_per_subject=team,
+        max_msgs_per_subject=settings.index_user_max_events if team else -1,
         max_bytes=STREAM_MAX_BYTES,
         max_msg_size=MAX_EVENT_BYTES,
         # Pending events are removed by the index worker's acks, never by an API call (a purge would drop every

@@ -1,6 +1,7 @@
 """Issue 43 (the index stream): no API call empties it, no user's burst evicts another's pending events, and in
 team mode it captures no user-less subject. A real nats-server (the embedded one, as `ctxpress up` starts it for a
-single user: the stream's configuration is what is tested, the same in team mode) and nats-py's JetStream client."""
+single user: the stream's configuration is what is tested, made with team-mode settings where it differs) and
+nats-py's JetStream client."""
 
 from __future__ import annotations
 
@@ -72,17 +73,19 @@ async def test_streams_made_by_an_older_version_gain_the_denials_and_the_quota(j
                   discard_new_per_subject=False, max_msgs_per_subject=-1)
     await js.add_stream(old)
     await js.add_stream(replace(dead_letter_config(local), deny_delete=False, deny_purge=False))
-    await ensure_stream(js, local)
+    team = local.model_copy(update={"team": True})
+    await ensure_stream(js, team)
     info = await js.stream_info(local.index_stream)
     assert info.config.discard == DiscardPolicy.NEW and info.config.discard_new_per_subject
     assert info.config.max_msgs_per_subject == local.index_user_max_events
     await _purge_and_delete_are_refused(js, local)
-    await ensure_stream(js, local)  # again: nothing left to change, no error
+    await ensure_stream(js, team)  # again: nothing left to change, no error
 
 
 async def test_one_users_quota_refuses_their_next_event_and_keeps_the_others(js: Any, local: Settings) -> None:
     """Before: discard-old over the whole stream, so a user's burst silently dropped the oldest pending events,
     anyone's. Now each user's subject holds at most its quota; past it that user's publish gets an error ack."""
+    local = local.model_copy(update={"team": True})
     await ensure_stream(js, local)
     bob = await js.publish(user_subject("bob", "file_saved"), _saved("bob.py"))
     alice = user_subject("alice", "file_saved")
@@ -109,3 +112,10 @@ async def test_team_mode_leaves_the_userless_subjects_out_of_the_stream(js: Any,
     for subject in (SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED):
         with pytest.raises((NoStreamResponseError, nats.errors.NoRespondersError)):
             await js.publish(subject, _saved("x.py"), timeout=2)
+
+
+def test_a_single_users_stream_keeps_the_newest_events_of_a_long_rebase(local: Settings) -> None:
+    """Nobody else to starve on a single-user appliance: no per-subject quota, the oldest event goes first."""
+    config = stream_config(local)
+    assert config.discard == DiscardPolicy.OLD and config.max_msgs_per_subject == -1
+    assert config.deny_purge and config.deny_delete
