@@ -93,6 +93,13 @@ def repositories_of(url: str, name: str) -> frozenset[str]:
         return frozenset(r for (r,) in rows)
 
 
+def kind_of(url: str, name: str) -> str | None:
+    """A user's kind (``developer``, ``hooks``); None for an unknown (or removed) user."""
+    with engine_for(url).connect() as conn:
+        row = conn.execute(text("SELECT kind FROM team_users WHERE name = :n"), {"n": name}).first()
+        return None if row is None else str(row[0])
+
+
 def _require(conn: Connection, name: str) -> None:
     found = conn.execute(text("SELECT 1 FROM team_users WHERE name = :n"), {"n": name}).first()
     if found is None:

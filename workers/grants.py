@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from sqlalchemy.exc import SQLAlchemyError
 
 from ctxpress_core.errors import Forbidden, GrantsUnavailable
-from db.team import repositories_of
+from ctxpress_core.identity import USER_KIND_HOOKS
+from db.team import kind_of, repositories_of
 
 log = logging.getLogger("ctxpress.worker.grants")
 
@@ -43,6 +44,7 @@ class Grants:
         self.ttl_s = ttl_s
         self.clock = clock
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
+        self._kinds: dict[str, tuple[float, str | None]] = {}
 
     async def repositories(self, user: str) -> frozenset[str]:
         now = self.clock()
@@ -59,6 +61,20 @@ class Grants:
             raise GrantsUnavailable("the repository grants cannot be read now; try again later") from None
         self._cache[user] = (now, repositories)
         return repositories
+
+    async def trusted_publisher(self, user: str) -> bool:
+        """Whether ``user``'s commit events may write the shared index: a hooks user (``ctxpress users hooks``, a CI
+        runner or the canonical server's checkout), never a developer, whose commits nothing ties to a real one."""
+        now = self.clock()
+        cached = self._kinds.get(user)
+        if cached is None or now - cached[0] >= self.ttl_s:
+            try:
+                kind = await asyncio.get_running_loop().run_in_executor(None, kind_of, self.database_url, user)
+            except SQLAlchemyError as exc:
+                log.warning("the kind of %r cannot be read: %s", user, str(exc).splitlines()[0])
+                raise GrantsUnavailable("the team's users cannot be read now; try again later") from None
+            cached = self._kinds[user] = (now, kind)
+        return cached[1] == USER_KIND_HOOKS
 
     async def authorize(self, user: str | None, repository: str) -> Caller:
         """The caller for a request on ``repository``, or ``Forbidden``."""
