@@ -95,3 +95,19 @@ def test_the_admin_role_manages_users_but_is_no_superuser(urls: dict[str, str]) 
                                  "WHERE rolname = current_user")).scalar_one() is False
     assert refused(url, "CREATE ROLE intruder LOGIN")
     assert refused(url, "ALTER ROLE ctxpress_completion SUPERUSER")
+
+
+def test_the_completion_role_writes_only_the_note_columns_of_block_notes(urls: dict[str, str]) -> None:
+    """The note writer may fill a row's note, never rewrite the block the indexer described: a changed ``source``
+    would make every worker write (and every prompt read) a note of text that is not in the repository."""
+    with engine_for(urls["indexer"]).begin() as conn:
+        repo = conn.execute(text("INSERT INTO repositories (name) VALUES ('notes-cols') RETURNING id")).scalar_one()
+        conn.execute(text("INSERT INTO block_notes (repo_id, path, note_key, language, source) "
+                          "VALUES (:r, 'a.py', 'k', 'python', 'def f(): ...')"), {"r": repo})
+    url = urls["completion"]
+    with engine_for(url).begin() as conn:
+        conn.execute(text("UPDATE block_notes SET note = 'n', tries = tries + 1, claimed_at = now(), "
+                          "written_at = now() WHERE repo_id = :r"), {"r": repo})
+    for column, value in (("source", "'evil'"), ("language", "'c'"), ("path", "'b.py'"), ("note_key", "'k2'"),
+                          ("repo_id", "repo_id")):
+        assert refused(url, f"UPDATE block_notes SET {column} = {value}"), column
