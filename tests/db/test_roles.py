@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.orm import Session
 
 from ctxpress import deployment
 from ctxpress_core.settings import Settings
+from db import notes
 from db import team as store
 from db.session import engine_for
 from tests.team_services import embedded_postgres
@@ -105,9 +107,11 @@ def test_the_completion_role_writes_only_the_note_columns_of_block_notes(urls: d
         conn.execute(text("INSERT INTO block_notes (repo_id, path, note_key, language, source) "
                           "VALUES (:r, 'a.py', 'k', 'python', 'def f(): ...')"), {"r": repo})
     url = urls["completion"]
-    with engine_for(url).begin() as conn:
-        conn.execute(text("UPDATE block_notes SET note = 'n', tries = tries + 1, claimed_at = now(), "
-                          "written_at = now() WHERE repo_id = :r"), {"r": repo})
+    with Session(engine_for(url)) as session, session.begin():  # what the note writer runs, as this role
+        pending = notes.claim_pending(session, "notes-cols")
+        assert pending is not None
+        notes.release(session, pending)
+        notes.store_note(session, pending, "n")
     for column, value in (("source", "'evil'"), ("language", "'c'"), ("path", "'b.py'"), ("note_key", "'k2'"),
                           ("repo_id", "repo_id")):
         assert refused(url, f"UPDATE block_notes SET {column} = {value}"), column
