@@ -98,9 +98,11 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
             removed = store.revoke(url, args.name, args.repos)
             print(f"revoked {removed} grant(s) of {args.name}; the workers stop serving them within 2 s")
         elif args.action == "remove":
-            store.remove_user(url, args.name)
+            saved = store.remove_user(url, args.name)
             team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
-            print(f"removed {args.name} and their grants; their connections are closed")
+            # the workers key a user's engine cache by account (db.team.grants_of): a user added again under this
+            # name never reads the old one's, which ages out of the disk tier like any unused file
+            print(f"removed {args.name}, their grants and their {saved} saved file(s); their connections are closed")
         elif args.action == "list":
             rows = store.list_users(url)
             if args.json:

@@ -47,12 +47,14 @@ class Role:
 
 # The columns db/notes.py's claim, release and store write: the block's identity and text stay the indexer's.
 NOTE_WRITER_COLUMNS = ("note", "tries", "claimed_at", "written_at")
+# What the workers read of a user (db.team.grants_of): never the password hash.
+ACCOUNT_COLUMNS = ("SELECT (name, created_at)", ("team_users",))
 COMPLETION = Role("completion", "ctxpress_completion",
-                  (("SELECT", (*INDEX_TABLES, *GRANT_TABLES)), ("INSERT", TELEMETRY_TABLES),
+                  (("SELECT", (*INDEX_TABLES, *GRANT_TABLES)), ("INSERT", TELEMETRY_TABLES), ACCOUNT_COLUMNS,
                    (f"UPDATE ({', '.join(NOTE_WRITER_COLUMNS)})", ("block_notes",))),
                   ("completion_events_id_seq", "completion_feedback_id_seq"))
 INDEXER = Role("indexer", "ctxpress_indexer",
-               (("SELECT, INSERT, UPDATE, DELETE", INDEX_TABLES), ("SELECT", GRANT_TABLES)),
+               (("SELECT, INSERT, UPDATE, DELETE", INDEX_TABLES), ("SELECT", GRANT_TABLES), ACCOUNT_COLUMNS),
                ("repositories_id_seq", "code_chunks_id_seq"))
 ADMIN = "ctxpress_admin"
 SERVICE_ROLES = (COMPLETION, INDEXER)
