@@ -34,6 +34,7 @@ from indexer.embeddings import TritonEmbedder
 from indexer.filters import DEFAULT_MAX_FILE_BYTES
 from indexer.secret_scan import TooLargeToScan, drop_secret_chunks
 from indexer.walk import (
+    THROUGH_SYMLINK,
     Skipped,
     SourceFile,
     changed_paths,
@@ -160,11 +161,12 @@ class Indexer:
             repo = store.find_repository(session, name)
             since = repo.head_commit if repo else None
         changes: list[FileChange] = []
+        listed = set(list_paths(top))  # what git lists now: a changed path it no longer lists is gone, never read
         for path in changed_paths(top, since):
             full = top / path
             if outside(top, path):  # through a symlinked folder: not the repository's (see walk.outside)
-                changes.append(FileChange(path, None, skipped="outside the repository (a symlinked folder)"))
-            elif full.is_file() and not full.is_symlink():
+                changes.append(FileChange(path, None, skipped=THROUGH_SYMLINK))
+            elif path in listed and full.is_file() and not full.is_symlink():
                 try:
                     data = full.read_bytes()
                 except OSError as exc:
