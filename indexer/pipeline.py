@@ -25,6 +25,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from ctxpress_core import inference
+from ctxpress_core.repository_name import repository_name
 from db import chunks as store
 from db import notes
 from db.scope import SHARED
@@ -138,7 +139,7 @@ class Indexer:
                          progress: Progress | None = None) -> IndexSummary:
         """Index every file of the repository at ``root``; files gone from it leave the index."""
         top = index_root(root)
-        name = name or top.name
+        name = name or repository_name(top)
         paths = list_paths(top)
         changes: list[FileChange] = []
         summary = IndexSummary(repository=name)
@@ -156,7 +157,7 @@ class Indexer:
         top = index_root(root)
         if not is_work_tree_root(top) or head_commit(top) is None:  # not git's own: nothing says what changed
             return self.index_repository(top, name, progress)
-        name = name or top.name
+        name = name or repository_name(top)
         with Session(engine_for(self.database_url)) as session:
             repo = store.find_repository(session, name)
             since = repo.head_commit if repo else None
