@@ -33,6 +33,7 @@ class FileView:
     digest: str
     owner: str | None
     repositories: tuple[str, ...]
+    account: str | None = None  # whose engine cache it fills: workers.grants.Caller.kv_owner (None: the owner)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class ContextLibrary:
         ``notes``: where the model-written notes are read from (feature ``model_notes``)."""
         prepared = await self._prepare(request, view, retriever, notes)
         return Prompt(prompt.fim_layout(prepared), prepared,
-                      prompt.cache_key(self.model_name, request, prepared.features, view.owner),
+                      prompt.cache_key(self.model_name, request, prepared.features, view.account or view.owner),
                       prompt.speculation(request, prepared.features))
 
     async def _prepare(self, request: CompletionRequest, view: FileView, retriever: Retriever | None,

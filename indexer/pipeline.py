@@ -25,6 +25,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from ctxpress_core import inference
+from ctxpress_core.repository_name import repository_name
 from ctxpress_core.wire.v1 import MAX_INDEX_PATH_BYTES
 from db import chunks as store
 from db import notes
@@ -35,6 +36,7 @@ from indexer.embeddings import TritonEmbedder
 from indexer.filters import DEFAULT_MAX_FILE_BYTES
 from indexer.secret_scan import TooLargeToScan, drop_secret_chunks
 from indexer.walk import (
+    THROUGH_SYMLINK,
     Skipped,
     SourceFile,
     changed_paths,
@@ -138,7 +140,7 @@ class Indexer:
                          progress: Progress | None = None) -> IndexSummary:
         """Index every file of the repository at ``root``; files gone from it leave the index."""
         top = index_root(root)
-        name = name or top.name
+        name = name or repository_name(top)
         paths = list_paths(top)
         changes: list[FileChange] = []
         summary = IndexSummary(repository=name)
@@ -156,16 +158,17 @@ class Indexer:
         top = index_root(root)
         if not is_work_tree_root(top) or head_commit(top) is None:  # not git's own: nothing says what changed
             return self.index_repository(top, name, progress)
-        name = name or top.name
+        name = name or repository_name(top)
         with Session(engine_for(self.database_url)) as session:
             repo = store.find_repository(session, name)
             since = repo.head_commit if repo else None
         changes: list[FileChange] = []
+        listed = set(list_paths(top))  # what git lists now: a changed path it no longer lists is gone, never read
         for path in changed_paths(top, since):
             full = top / path
             if outside(top, path):  # through a symlinked folder: not the repository's (see walk.outside)
-                changes.append(FileChange(path, None, skipped="outside the repository (a symlinked folder)"))
-            elif full.is_file() and not full.is_symlink():
+                changes.append(FileChange(path, None, skipped=THROUGH_SYMLINK))
+            elif path in listed and full.is_file() and not full.is_symlink():
                 try:
                     data = full.read_bytes()
                 except OSError as exc:

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pydantic import ValidationError
 
 from context import prompt
-from context.build import ContextLibrary, FileView, Prompt
+from context.build import ContextLibrary, Prompt
 from context.packing.tokens import memo_sizes
 from context.prepare import Prepared
 from context.sources.notes import NoteReader
@@ -157,8 +157,7 @@ class CompletionService:
                       received_at: float, caller: Caller) -> CompletionResponse:
         """The pipeline: context, admission, inference, reply."""
         started = time.perf_counter()
-        built = await self.library.build_prompt(request, FileView(text, digest, caller.user, caller.repositories),
-                                                self.retriever, self.notes)
+        built = await self.library.build_prompt(request, caller.view(text, digest), self.retriever, self.notes)
         prepared = built.prepared
         observe_retrieval(prepared.report.retrieval)
         context_ms = (time.perf_counter() - started) * 1000
@@ -385,7 +384,7 @@ class CompletionService:
         result = await complete(
             self.engine, head.text, template_markers=head.markers,
             max_tokens=0, timeout_s=self.settings.triton_timeout_s,
-            cache_key=prompt.cache_key(self.model_name, request, features, caller.user), speculation="none")
+            cache_key=prompt.cache_key(self.model_name, request, features, caller.kv_owner), speculation="none")
         metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))
         log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
             inference.CTX_PROMPT_TOKENS), "reused": result.figures.get(inference.CTX_CACHED_TOKENS),
