@@ -44,6 +44,7 @@ class Prompt:
     prepared: Prepared
     cache_key: str | None
     speculation: str
+    cache_salt: str  # whose KV it may reuse (prompt.cache_salt)
 
 
 class ContextLibrary:
@@ -55,6 +56,11 @@ class ContextLibrary:
         self.sessions = FileSessions()
         self.preparer = ContextPreparer(settings, count_tokens, self.sessions)
         self.chunks = CrossFileChunks(count_tokens, self.sessions)
+        secret = settings.cache_salt_secret
+        self._salt_secret = secret.get_secret_value().encode() if secret is not None else None
+
+    def cache_salt(self, owner: str | None) -> str:
+        return prompt.cache_salt(owner, self._salt_secret)
 
     async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None,
                            notes: NoteReader | None = None) -> Prompt:
@@ -63,7 +69,7 @@ class ContextLibrary:
         prepared = await self._prepare(request, view, retriever, notes)
         return Prompt(prompt.fim_layout(prepared), prepared,
                       prompt.cache_key(self.model_name, request, prepared.features, view.account or view.owner),
-                      prompt.speculation(request, prepared.features))
+                      prompt.speculation(request, prepared.features), self.cache_salt(view.account or view.owner))
 
     async def _prepare(self, request: CompletionRequest, view: FileView, retriever: Retriever | None,
                        notes: NoteReader | None) -> Prepared:

@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     # Disk budget of the pool's second tier: evicted files' KV (and every file's at shutdown) kept in
     # <home>/kv and read back instead of processed again; 0 turns the tier off.
     kv_disk_budget_mb: int = Field(default=2048, ge=0)
+    # The key of each user's KV cache salt (context.prompt.cache_salt): with it, whoever reaches the engine cannot
+    # compute a user's salt from their name. Unset: a plain hash of the name.
+    cache_salt_secret: SecretStr | None = None
     # Default speculative decoding: "auto" (a policy over measured figures), "none", "ngram", "draft".
     speculation: str = "auto"
     # Latency-first admission to the engine (5 ms window, urgent first, earliest deadline first, a prompt

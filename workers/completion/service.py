@@ -248,7 +248,7 @@ class CompletionService:
                     max_tokens=request.max_tokens, stop_words=STOP_WORDS, timeout_s=left_s,
                     cache_key=built.cache_key, speculation=built.speculation, request_id=uuid.uuid4().hex,
                     settled=settled if resolve_features(request.features)["early_stop"] else None,
-                    max_decode_ms=request.max_decode_ms)
+                    max_decode_ms=request.max_decode_ms, cache_salt=built.cache_salt)
         except CtxpressError:
             raise
         except Exception as exc:  # any other inference failure: reply, do not hang
@@ -383,7 +383,7 @@ class CompletionService:
             return
         result = await complete(
             self.engine, head.text, template_markers=head.markers,
-            max_tokens=0, timeout_s=self.settings.triton_timeout_s,
+            max_tokens=0, timeout_s=self.settings.triton_timeout_s, cache_salt=self.library.cache_salt(caller.kv_owner),
             cache_key=prompt.cache_key(self.model_name, request, features, caller.kv_owner), speculation="none")
         metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))
         log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
