@@ -131,8 +131,8 @@ def one_request(settings: Settings, count_tokens: Callable[[str], int], after: i
     preparer = ContextPreparer(settings, count_tokens, FileSessions())
     digest = content_hash(text)
     if after is not None:
-        preparer.prepare(request.model_copy(update={"line": after, "column": 0}), text, digest)
-    return lambda: preparer.prepare(request, text, digest)
+        preparer.prepare(request.model_copy(update={"line": after, "column": 0}), text, digest, owner=None)
+    return lambda: preparer.prepare(request, text, digest, owner=None)
 
 
 def main(argv: list[str] | None = None) -> int:

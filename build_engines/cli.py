@@ -60,6 +60,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     t.add_argument("--target-kv-fraction", type=float, default=0.6)
     t.add_argument("--draft-kv-fraction", type=float, default=0.25)
     t.add_argument("--speculate-min-prompt-tokens", type=int, default=1024)
+    t.add_argument("--engine-cache-salt", action="store_true",
+                   help="send each user's KV cache salt to the engines as cache_salt_id (needs a tensorrtllm "
+                        "backend that reads it; see docs/security.md)")
     t.set_defaults(func=triton_repo_command)
 
 
@@ -90,6 +93,7 @@ def triton_repo_command(a: argparse.Namespace) -> int:
         engines=a.engines, out=a.out, engines_mount=a.engines_mount, max_batch_size=a.max_batch_size,
         max_queue_delay_us=a.queue_delay_us, target_kv_fraction=a.target_kv_fraction,
         draft_kv_fraction=a.draft_kv_fraction, speculate_min_prompt_tokens=a.speculate_min_prompt_tokens,
+        engine_cache_salt=a.engine_cache_salt,
     )
     write_repository(settings)
     return 0

@@ -43,6 +43,7 @@ ENSEMBLE_INPUTS = [
     Tensor("ctx_request_id", "TYPE_STRING", (1,), optional=True),
     Tensor("ctx_deadline_ms", "TYPE_INT32", (1,), optional=True),
     Tensor("ctx_template_markers", "TYPE_INT32", (-1,), optional=True),
+    Tensor("ctx_cache_salt", "TYPE_STRING", (1,), optional=True),
 ]
 FIGURES = [
     Tensor("ctx_prompt_tokens", "TYPE_INT32", (1,)),
@@ -73,6 +74,10 @@ class RepoSettings:
     speculate_min_prompt_tokens: int = 1024
     preprocessing_instances: int = 4
     priority_levels: int = 2
+    # Send each request's salt to the engines as `cache_salt_id` (TensorRT-LLM's per-request KV reuse salt), so
+    # one user's requests never reuse another's blocks. Off by default: the tensorrtllm backend as of the pinned
+    # version reads no such input (docs/security.md, round 3), and the reported figure is scoped without it.
+    engine_cache_salt: bool = False
 
 
 def _common_trtllm_params(engine_dir: str, fraction: float, reuse: bool, chunked: bool) -> dict[str, str]:
@@ -111,6 +116,8 @@ _TRTLLM_INPUTS = [
     Tensor("return_num_output_tokens", "TYPE_BOOL", (1,), optional=True, scalar=True),
     Tensor("stop", "TYPE_BOOL", (1,), optional=True, scalar=True),
 ]
+# Declared only with RepoSettings.engine_cache_salt: the uint64 salt the executor's Request takes.
+_CACHE_SALT_INPUT = Tensor("cache_salt_id", "TYPE_UINT64", (1,), optional=True, scalar=True)
 _TRTLLM_OUTPUTS = [
     Tensor("output_ids", "TYPE_INT32", (-1, -1)),
     Tensor("sequence_length", "TYPE_INT32", (-1,)),
@@ -145,7 +152,7 @@ def trtllm_config(name: str, engine_dir: str, s: RepoSettings, batch: int, fract
         f"max_batch_size: {batch}",
         f"model_transaction_policy {{ decoupled: {'true' if decoupled else 'false'} }}",
         _dynamic_batching(s.max_queue_delay_us, s.priority_levels),
-        tensors("input", _TRTLLM_INPUTS),
+        tensors("input", [*_TRTLLM_INPUTS, _CACHE_SALT_INPUT] if s.engine_cache_salt else _TRTLLM_INPUTS),
         tensors("output", _TRTLLM_OUTPUTS),
         # The backend places the engine on the GPU itself; Triton's instance is a CPU handle.
         "instance_group [ { count: 1 kind: KIND_CPU } ]",
@@ -191,6 +198,8 @@ ORCH_INPUTS = [
     # The offsets of the prompt template's own FIM markers: accepted for the wire contract; this path's
     # preprocessor tokenizes with the tokenizer's own special-token matching (see docs/security.md).
     Tensor("ctx_template_markers", "TYPE_INT32", (-1,), optional=True),
+    # Whose earlier prompts the reply's cached tokens may count, and (engine_cache_salt) the engine may reuse.
+    Tensor("ctx_cache_salt", "TYPE_STRING", (1,), optional=True),
 ]
 ORCH_OUTPUTS = [Tensor("output_ids", "TYPE_INT32", (-1, -1)), Tensor("sequence_length", "TYPE_INT32", (-1,)), *FIGURES]
 
@@ -227,7 +236,7 @@ def ensemble_config(batch: int) -> str:
              "stop_words_list": "_STOP_WORDS_IDS", "temperature": "temperature", "streaming": "stream",
              "ctx_cache_key": "ctx_cache_key", "ctx_speculation": "ctx_speculation",
              "ctx_request_id": "ctx_request_id", "ctx_deadline_ms": "ctx_deadline_ms",
-             "ctx_template_markers": "ctx_template_markers"},
+             "ctx_template_markers": "ctx_template_markers", "ctx_cache_salt": "ctx_cache_salt"},
             {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH",
              **{f.name: f.name for f in FIGURES}},
         ),
@@ -303,6 +312,7 @@ def write_repository(s: RepoSettings, echo: object = print) -> list[Path]:
         "max_draft_len": str(resolved["max_draft_len"] if speculative else 0),
         "speculate_min_prompt_tokens": str(s.speculate_min_prompt_tokens),
         "tokens_per_block": str(_tokens_per_block(engines["target"])),
+        "engine_cache_salt": "true" if s.engine_cache_salt else "false",
     }
     # No queue delay here: the window belongs to the target, where verification is batched.
     model(ORCHESTRATOR, python_config(ORCHESTRATOR, batch, ORCH_INPUTS, ORCH_OUTPUTS, orch_params, 1,

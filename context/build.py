@@ -7,6 +7,7 @@ worker, a benchmark) owns the file's text and the reader's grants; the library o
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ class FileView:
     digest: str
     owner: str | None
     repositories: tuple[str, ...]
+    account: str | None = None  # whose engine cache it fills: workers.grants.Caller.kv_owner (None: the owner)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Prompt:
     prepared: Prepared
     cache_key: str | None
     speculation: str
+    cache_salt: str  # whose KV it may reuse (prompt.cache_salt)
 
 
 class ContextLibrary:
@@ -49,10 +52,15 @@ class ContextLibrary:
 
     def __init__(self, settings: Settings, count_tokens: Callable[[str], int], model_name: str) -> None:
         self.model_name = model_name
-        # per (repository, path): its parsed versions, steady excerpts and held cross-file chunks
+        # per (owner, repository, path): its parsed versions, steady excerpts and held cross-file chunks
         self.sessions = FileSessions()
         self.preparer = ContextPreparer(settings, count_tokens, self.sessions)
         self.chunks = CrossFileChunks(count_tokens, self.sessions)
+        secret = settings.cache_salt_secret
+        self._salt_secret = secret.get_secret_value().encode() if secret is not None else None
+
+    def cache_salt(self, owner: str | None) -> str:
+        return prompt.cache_salt(owner, self._salt_secret)
 
     async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None,
                            notes: NoteReader | None = None) -> Prompt:
@@ -60,8 +68,8 @@ class ContextLibrary:
         ``notes``: where the model-written notes are read from (feature ``model_notes``)."""
         prepared = await self._prepare(request, view, retriever, notes)
         return Prompt(prompt.fim_layout(prepared), prepared,
-                      prompt.cache_key(self.model_name, request, prepared.features, view.owner),
-                      prompt.speculation(request, prepared.features))
+                      prompt.cache_key(self.model_name, request, prepared.features, view.account or view.owner),
+                      prompt.speculation(request, prepared.features), self.cache_salt(view.account or view.owner))
 
     async def _prepare(self, request: CompletionRequest, view: FileView, retriever: Retriever | None,
                        notes: NoteReader | None) -> Prepared:
@@ -70,15 +78,16 @@ class ContextLibrary:
         if longest > MAX_LINE_CHARS:
             # minified or generated code: the window around the cursor, long lines cut, no parse, no
             # retrieval (every pass over such a line costs in proportion to its length)
-            return await loop.run_in_executor(None, self.preparer.prepare_long_lines, request, view.text,
-                                              view.digest, longest)
+            return await loop.run_in_executor(None, functools.partial(
+                self.preparer.prepare_long_lines, request, view.text, view.digest, longest, owner=view.owner))
         noted = (await notes.for_file(request.repository, request.path)
                  if notes is not None and request.mode == "optimized" and resolve(request.features)["model_notes"]
                  else None)
-        prepare = loop.run_in_executor(None, self.preparer.prepare, request, view.text, view.digest, noted)
+        prepare = loop.run_in_executor(None, functools.partial(self.preparer.prepare, request, view.text, view.digest,
+                                                               noted, owner=view.owner))
         if retriever is None or not self.chunks.wanted(request):
             return await prepare
         prepared, retrieval = await asyncio.gather(
             prepare, self.chunks.retrieve(retriever, request, view.text, view.owner, view.repositories))
-        await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request)
+        await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request, view.owner)
         return prepared

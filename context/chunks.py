@@ -30,10 +30,10 @@ class CrossFileChunks:
         """Chunks of the ``repositories`` the owner may read; never raises, and is bounded (see Retriever)."""
         return await retriever.retrieve(repositories=list(repositories), path=request.path, text=text,
                                         line=request.line, language=request.language,
-                                        trees=self.sessions.get(request.repository, request.path).trees,
+                                        trees=self.sessions.get(request.repository, request.path, owner).trees,
                                         viewer=owner)
 
-    def add(self, prepared: Prepared, retrieval: Retrieval, request: CompletionRequest) -> None:
+    def add(self, prepared: Prepared, retrieval: Retrieval, request: CompletionRequest, owner: str | None) -> None:
         """Other files' chunks go between the in-file excerpts and the enclosing block (which
         stays next to the cursor), within what the in-file context left of the budget. Not
         first: they change with every cursor move, and everything after them in the prompt
@@ -45,7 +45,7 @@ class CrossFileChunks:
         report.retrieval = {"elapsed_ms": r.elapsed_ms, "threshold": r.threshold, "returned": r.returned,
                             "coarse_files": r.coarse_files, "unresolved": r.unresolved, "skipped": r.skipped}
         room = (report.budget_tokens or 0) - report.context_tokens
-        session = self.sessions.get(request.repository, request.path)
+        session = self.sessions.get(request.repository, request.path, owner)  # held for its owner only
         block = (report.blocks[0].name, report.blocks[0].start_line) if report.blocks else ("", -1)
         held = session.take_chunks()
         kept = (prepared.steady and held is not None and held.block == block

@@ -40,8 +40,10 @@ class ContextPreparer:
         self.sessions = sessions  # the files' parse trees and steady excerpts
 
     def prepare(self, request: CompletionRequest, text: str, digest: str,
-                notes: Mapping[str, str] | None = None) -> Prepared:
-        """``notes``: the model-written notes of the file's blocks (syntax/notes.py), shown in their summaries."""
+                notes: Mapping[str, str] | None = None, *, owner: str | None) -> Prepared:
+        """``notes``: the model-written notes of the file's blocks (syntax/notes.py), shown in their summaries.
+        ``owner``: whose view of the file it is (the team user; None on the single-user appliance): the session's
+        steady excerpts are that user's own."""
         # settled here once: the warm-up and the assembly are given it rather than working it out again
         language = request.language or language_from_path(request.path, text)
         default_budget = (self.settings.baseline_budget_tokens if request.mode == "baseline"
@@ -63,16 +65,17 @@ class ContextPreparer:
                 budget_tokens=budget,
             )
             return Prepared(w.prefix, w.suffix, report, language, digest, enabled)
-        return self._assembled(request, text, digest, language, budget, enabled, notes or {})
+        return self._assembled(request, text, digest, language, budget, enabled, notes or {}, owner)
 
-    def prepare_long_lines(self, request: CompletionRequest, text: str, digest: str, longest: int) -> Prepared:
+    def prepare_long_lines(self, request: CompletionRequest, text: str, digest: str, longest: int, *,
+                           owner: str | None) -> Prepared:
         """A file with a line over ``MAX_LINE_CHARS``: the baseline window of the file with its long lines cut."""
         split_at_cursor(text, request.line, request.column)  # CursorOutOfRange: answered cursor_out_of_range
         clipped, column = clip_long_lines(text, request.line, request.column)
         prepared = self.prepare(request.model_copy(update={"column": column, "mode": "baseline",
                                                            "budget_tokens": request.budget_tokens or
                                                            self.settings.context_budget_tokens}),
-                                clipped, digest)
+                                clipped, digest, owner=owner)
         prepared.report.degraded = f"long lines: a line of {longest:,} characters (over {MAX_LINE_CHARS:,})"
         return prepared
 
@@ -81,12 +84,12 @@ class ContextPreparer:
                                window_lines=self.settings.window_lines, budget_tokens=budget)
 
     def _assembled(self, request: CompletionRequest, text: str, digest: str, language: str, budget: int,
-                   enabled: dict[str, bool], notes: Mapping[str, str]) -> Prepared:
+                   enabled: dict[str, bool], notes: Mapping[str, str], owner: str | None) -> Prepared:
         def fallback() -> tuple[str, str]:  # the window, within optimized's budget
             w = self._window(request, text, budget)
             return w.prefix, w.suffix
 
-        session = self.sessions.get(request.repository, request.path)
+        session = self.sessions.get(request.repository, request.path, owner)
         if not session.parsed():
             # A file's first request, no file_opened before it: its warm-up (the parse, symbols and line counts, in
             # proportion to the file, which the payload limit bounds) is done here, outside the assembly's deadline,

@@ -3,6 +3,8 @@ the engine's KV pool it goes to, its speculation mode, and the head of it that `
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass
 
 from context.prepare import Prepared
@@ -47,6 +49,17 @@ def cache_key(model_name: str, request: CompletionRequest, features: dict[str, b
     if request.mode != "optimized" or not features.get("prefix_cache", False):
         return f"{model_name}:{user}shared" if user else None
     return f"{model_name}:{user}{request.repository}:{request.path}"
+
+
+def cache_salt(owner: str | None, secret: bytes | None = None) -> str:
+    """The KV cache salt of a user's requests (inference.CTX_CACHE_SALT): one value per user, one for the
+    single-user appliance. An engine that reuses KV blocks across requests by prefix (TensorRT-LLM) reuses and
+    reports only what the same salt sent. A keyed hash (HMAC-SHA-256 with the appliance's ``secret``), so the
+    engine is never told who it serves; without a secret, a plain SHA-256 of the name."""
+    who = b"single-user" if owner is None else b"user:" + owner.encode("utf-8")
+    digest = (hmac.new(secret, who, hashlib.sha256) if secret
+              else hashlib.sha256(b"ctxpress-cache-salt\x00" + who))
+    return digest.hexdigest()[:32]
 
 
 def speculation(request: CompletionRequest, features: dict[str, bool]) -> str:

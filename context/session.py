@@ -1,10 +1,13 @@
 """What the completion worker keeps about one file between requests, in one place: a ``FileSession`` per
-(repository, path), in ``FileSessions``, a registry bounded by LRU.
+(owner, repository, path), in ``FileSessions``, a registry bounded by LRU.
 
 A file's session holds its parsed versions (a tree cache of its own: the next request re-parses
 incrementally from them, and in-file assembly and the retrieval query of one request share one parse),
 the steady excerpts held for its enclosing block (steady.py), and the cross-file chunks placed after
 them. Two repositories with the same relative path are two sessions: nothing of one is seen by the other.
+So are two users' views of one file (``owner``: the team user, None on the single-user appliance): the held
+chunks can be the previous requester's own saved files, and "kept while typing in the same block" would tell the
+next one whether their text equals the other's unsaved buffer.
 A file not asked about for a while loses all of it at once, so the worker's memory is bounded by the
 number of sessions, however many files it sees.
 """
@@ -42,7 +45,8 @@ class FileSession:
     """One file's state between requests. Its fields are read and replaced whole (no partial updates), so
     concurrent requests on one file see either the previous request's state or the next one's."""
 
-    def __init__(self, repository: str, path: str) -> None:
+    def __init__(self, repository: str, path: str, owner: str | None = None) -> None:
+        self.owner = owner
         self.repository = repository
         self.path = path
         # One parsed version (and its base, see TreeCache): a file is in one language. A request in
@@ -99,16 +103,17 @@ class FileSessions:
 
     def __init__(self, max_files: int = MAX_FILES) -> None:
         self.max_files = max_files
-        self._sessions: OrderedDict[tuple[str, str], FileSession] = OrderedDict()
+        self._sessions: OrderedDict[tuple[str | None, str, str], FileSession] = OrderedDict()
         self._lock = threading.Lock()  # requests run in executor threads
 
-    def get(self, repository: str, path: str) -> FileSession:
-        """The file's session (a new one at its first request); the least recently used beyond the bound go."""
-        key = (repository, path)
+    def get(self, repository: str, path: str, owner: str | None) -> FileSession:
+        """The file's session as ``owner`` sees it (a new one at its first request); the least recently used beyond
+        the bound go."""
+        key = (owner, repository, path)
         with self._lock:
             session = self._sessions.get(key)
             if session is None:
-                session = self._sessions[key] = FileSession(repository, path)
+                session = self._sessions[key] = FileSession(repository, path, owner)
             self._sessions.move_to_end(key)
             while len(self._sessions) > self.max_files:
                 self._sessions.popitem(last=False)

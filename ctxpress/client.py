@@ -11,6 +11,7 @@ from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from ctxpress_core import nats_connect
+from ctxpress_core.repository_name import repository_name
 from ctxpress_core.settings import nats_servers
 from ctxpress_core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
 
@@ -26,7 +27,7 @@ def repository_of(path: Path) -> tuple[str, Path]:
         root = Path(top)
     except (subprocess.SubprocessError, OSError):
         root = folder
-    return root.name, root
+    return repository_name(root), root
 
 
 def request_for_file(path: Path, line: int, column: int, **fields: Any) -> CompletionRequest:

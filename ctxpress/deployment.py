@@ -25,6 +25,8 @@ from ctxpress_core.settings import Settings
 from ctxpress_core.tls import TlsFiles, generate, tls_dir
 
 DATABASE_DIR = "database"
+# The first line of each node's configuration: how the nodes of this deployment are found again (node_names).
+NODE_CONFIG_HEADER = "# Written by `ctxpress deploy setup`; rerun it rather than editing."
 # NATS keeps its monitoring endpoint (connections, subjects) on loopback: health checks run beside the server.
 MONITOR_HOST = "127.0.0.1"
 
@@ -86,7 +88,7 @@ def node_config(node: NatsNode, nodes: list[NatsNode], *, listen_host: str, root
     # no_advertise: clients keep the URLs they were given (the cluster's internal names mean nothing outside it)
     cluster = {"name": "ctxpress", "listen": f"{listen_host}:{node.cluster_port}", "routes": routes,
                "no_advertise": True, "tls": {**tls, "verify": True, "timeout": 5}}
-    return (f"# Written by `ctxpress deploy setup`; rerun it rather than editing.\n"
+    return (f"{NODE_CONFIG_HEADER}\n"
             f"server_name: {json.dumps(node.name)}\n"
             f"listen: {json.dumps(f'{listen_host}:{node.client_port}')}\n"
             f"http: {json.dumps(f'{MONITOR_HOST}:{node.monitor_port}')}\n"
@@ -119,6 +121,17 @@ def setup(settings: Settings, nodes: list[NatsNode], *, listen_host: str = "0.0.
                                     max_payload=max_payload(shared)))
         written.append(path)
     return written
+
+
+def node_names(settings: Settings) -> list[str]:
+    """The NATS nodes whose configuration ``setup`` wrote here. They run elsewhere and read the authorization block
+    only when reloaded, so whatever rewrites it names them."""
+    names = []
+    for path in sorted(nats_authorization.authorization_path(settings).parent.glob("*.conf")):
+        with path.open(errors="replace") as f:
+            if f.readline().rstrip("\n") == NODE_CONFIG_HEADER:
+                names.append(path.stem)
+    return names
 
 
 def database_url_path(settings: Settings, service: str) -> Path:

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from ctxpress_core.repository_name import repository_name
 from ctxpress_core.settings import Settings
 
 
@@ -68,7 +69,7 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         root = index_root(args.repo)
     except WalkError as exc:
         return _fail(str(exc), 2)
-    name = args.name or root.name
+    name = args.name or repository_name(root)
     embedder = TritonEmbedder(settings.effective_triton_url())
     progress = _Progress(enabled=not args.json)
     try:
@@ -176,7 +177,7 @@ def _cmd_hooks(args: argparse.Namespace, settings: Settings) -> int:
             if settings.nats_credentials is not None:  # team mode: a developer's or a hooks user's credentials
                 nats_url = load_credentials(settings.nats_credentials).nats_url
                 credentials = settings.nats_credentials.expanduser().resolve()
-            report = hooks.install(root, args.name or root.name, nats_url, credentials)
+            report = hooks.install(root, args.name or repository_name(root), nats_url, credentials)
             if credentials is None:  # a hooks credential may not create streams: team workers create it at start
                 _ensure_stream(settings)
             print(f"installed {', '.join(report.installed)} in {report.hooks_dir}")
@@ -220,7 +221,8 @@ def _ensure_stream(settings: Settings) -> None:
 def register(subparsers: Any) -> None:
     index = subparsers.add_parser("index", help="index a repository for cross-file retrieval")
     index.add_argument("repo", nargs="?", default=".", help="a git work tree (default: the current directory)")
-    index.add_argument("--name", help="repository name in the index (default: the folder name)")
+    index.add_argument("--name", help="repository name in the index (default: git config ctxpress.repository, "
+                                         "else the origin remote's last component, else the folder name)")
     index.add_argument("--changed", action="store_true", help="only what git says changed since the last index")
     index.add_argument("--json", action="store_true", help="print the summary as JSON, no progress bar")
     index.set_defaults(func=_cmd_index)
@@ -236,7 +238,7 @@ def register(subparsers: Any) -> None:
     hooks_sub = hooks.add_subparsers(dest="action", required=True)
     install = hooks_sub.add_parser("install", help="install post-commit/merge/checkout/rewrite hooks")
     install.add_argument("repo", nargs="?", default=".")
-    install.add_argument("--name", help="repository name in the index (default: the folder name)")
+    install.add_argument("--name", help="repository name in the index (default: as `ctxpress index` names it)")
     install.set_defaults(func=_cmd_hooks)
     uninstall = hooks_sub.add_parser("uninstall", help="remove them and restore the previous hooks")
     uninstall.add_argument("repo", nargs="?", default=".")

@@ -84,12 +84,13 @@ def gateway_permissions(settings: Settings) -> dict[str, Any]:
 
 def indexer_api_subjects(settings: Settings) -> list[str]:
     """The JetStream API calls the index worker makes, and no others: it makes (or widens) the index stream, its
-    durable consumer and the dead-letter stream, pulls from its consumer and reads the dead letters' count. It
-    cannot delete or purge a stream, read another stream or consumer, or list them."""
+    durable consumer and the dead-letter stream, pulls from its consumer and reads the dead letters' count and the
+    per-user counts of pending events. It cannot delete or purge a stream, read another stream or consumer, or list
+    them."""
     stream, consumer, dead = settings.index_stream, settings.index_consumer, dead_letter_stream(settings)
     api = "$JS.API"
     return [f"{api}.STREAM.INFO.{stream}", f"{api}.STREAM.CREATE.{stream}", f"{api}.STREAM.UPDATE.{stream}",
-            f"{api}.STREAM.INFO.{dead}", f"{api}.STREAM.CREATE.{dead}",
+            f"{api}.STREAM.INFO.{dead}", f"{api}.STREAM.CREATE.{dead}", f"{api}.STREAM.UPDATE.{dead}",
             f"{api}.CONSUMER.INFO.{stream}.{consumer}", f"{api}.CONSUMER.CREATE.{stream}.{consumer}",
             f"{api}.CONSUMER.CREATE.{stream}.{consumer}.>", f"{api}.CONSUMER.DURABLE.CREATE.{stream}.{consumer}",
             f"{api}.CONSUMER.MSG.NEXT.{stream}.{consumer}", f"$JS.ACK.{stream}.{consumer}.>"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ctxpress.deployment import node_names
 from ctxpress.nats_authorization import TeamUser, ensure_authorization_file, write_authorization
 from ctxpress.parts.nats_server import NatsPart
 from ctxpress_core.identity import (
@@ -33,12 +34,17 @@ from ctxpress_core.settings import Settings
 
 def sync_authorization(settings: Settings, report: Callable[[str], None] = print) -> Path:
     """Rewrite the authorization block from PostgreSQL and have the embedded NATS reload it (no restart: the
-    connections of users still allowed stay up; those of removed users are closed by nats-server)."""
+    connections of users still allowed stay up; those of removed users are closed by nats-server). The nodes of a
+    deployment (``ctxpress deploy setup``) are not reached from here: they are named, for the operator to reload."""
     from db.team import password_hashes
 
     users = [TeamUser(name, hashed, kind) for name, hashed, kind in password_hashes(settings.effective_database_url())]
     path = write_authorization(settings, users)
-    if settings.nats_url is not None:
+    nodes = node_names(settings)
+    if nodes:
+        report(f"  reload the NATS nodes, which read {path.name} only then (kill -s HUP, or nats-server --signal "
+               f"reload): {', '.join(nodes)}")
+    elif settings.nats_url is not None:
         report(f"  NATS is external: include {path} in its configuration and reload it (nats-server --signal reload)")
     elif team_mode(settings) and reload_nats(settings):
         report(f"  NATS reloaded {path.name}")

@@ -54,6 +54,7 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError
 
     from ctxpress import team
+    from ctxpress.rotation import rotate_bridge_tokens
     from ctxpress_core import identity
     from db import team as store
     from db.migrations import migrate
@@ -87,6 +88,9 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
             _emit_credentials(settings, args, args.name, password)
             print(f"new password for {args.name}: the old one no longer logs in; hand over the new file",
                   file=sys.stderr)
+            for path in rotate_bridge_tokens(settings, args.name, args.out):
+                print(f"new bridge token in {path}: restart the bridge that speaks for {args.name} (it reads the "
+                      "token when it starts) and give their editor the new one", file=sys.stderr)
         elif args.action == "grant":
             store.grant(url, args.name, args.repos)
             print(f"{args.name} may now use {', '.join(args.repos)}")
@@ -94,9 +98,11 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
             removed = store.revoke(url, args.name, args.repos)
             print(f"revoked {removed} grant(s) of {args.name}; the workers stop serving them within 2 s")
         elif args.action == "remove":
-            store.remove_user(url, args.name)
+            saved = store.remove_user(url, args.name)
             team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
-            print(f"removed {args.name} and their grants; their connections are closed")
+            # the workers key a user's engine cache by account (db.team.grants_of): a user added again under this
+            # name never reads the old one's, which ages out of the disk tier like any unused file
+            print(f"removed {args.name}, their grants and their {saved} saved file(s); their connections are closed")
         elif args.action == "list":
             rows = store.list_users(url)
             if args.json:
@@ -126,7 +132,7 @@ def register(subparsers: Any) -> None:
     hooks = sub.add_parser("hooks", help="add a hooks user (a CI runner, a server's checkout): its git hooks index "
                                          "only the repositories given; prints its credentials file")
     rotate = sub.add_parser("rotate", help="a new password for a user (the old one stops working); prints the new "
-                                           "credentials file")
+                                           "credentials file; renews their bridge token (users/<name>.token)")
     for cmd in (add, hooks, rotate):
         cmd.add_argument("name")
         cmd.add_argument("--out", type=Path, help="write the credentials file here (mode 0600) instead of stdout")

@@ -33,6 +33,17 @@ class ErrorCode(StrEnum):
     INTERNAL = "internal"
 
 
+# Failures on the appliance's side, each answered with its code and this fixed message: what failed (an engine's
+# address, a gRPC status's detail, a driver's error) tells a client about the appliance's insides, and goes to the
+# worker's log only. A client's own mistakes (invalid_request, …) are answered with what is wrong with its request.
+SERVER_SIDE_MESSAGES: dict[ErrorCode, str] = {
+    ErrorCode.INFERENCE_TIMEOUT: "the model did not answer in time",
+    ErrorCode.INFERENCE_UNAVAILABLE: "the model cannot be reached now; try again later",
+    ErrorCode.INFERENCE_FAILED: "the model failed on this request",
+    ErrorCode.INTERNAL: "internal error on the appliance; try again later",
+}
+
+
 class CtxpressError(Exception):
     code: ErrorCode = ErrorCode.INTERNAL
     details: list[dict[str, object]] | None = None

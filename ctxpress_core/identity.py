@@ -187,6 +187,41 @@ def inbox_prefix(user: str) -> str:
     return f"_INBOX.{user}"
 
 
+def _literal_subject(subject: str) -> bool:
+    tokens = subject.split(".")
+    return all(token and token not in ("*", ">") and not any(c.isspace() for c in token) for token in tokens)
+
+
+def reply_refused(subject: str, reply: str | None, *, team: bool) -> str | None:
+    """Why a service must neither serve nor answer a message it answers (a request, a feedback, a status question,
+    not a cancel) that came on ``subject`` asking for an answer at ``reply``; None when it may serve it (and
+    answer at ``reply``, when there is one).
+
+    The completion worker and the gateway have ``allow_responses``: nats-server lets their one answer to a request
+    through whatever the reply subject is, so whoever chooses the reply chooses where a service publishes (a
+    request as another user on a shard's subject, a dead letter, the JetStream API). Answers therefore go only to
+    the sender's own inbox: ``_INBOX.<user>.`` for a request on a user's subject, the gateway's inbox for one on a
+    shard's subject (only the gateway publishes there, and always asks). A forwarded request without a reply, and
+    a completion request without one, cannot be the gateway's or an editor's: JetStream sends the ack of a
+    developer's own publish to whatever reply subject it named, with no reply of its own. On the single-user
+    subjects, which in team mode only the services' probes may use, an answer goes to an ``_INBOX.`` subject;
+    on a single-user appliance (loopback, one developer) anywhere."""
+    if subject.startswith(f"{FORWARDED_SUBJECT_PREFIX}."):
+        owner: str | None = inbox_prefix(GATEWAY_USER)
+        needs_reply = True
+    else:
+        user = subject_user(subject)
+        owner = inbox_prefix(user) if user is not None else ("_INBOX" if team else None)
+        needs_reply = user is not None and subject_kind(subject) == "complete"
+    if not reply:
+        return "a request that asks no answer here comes from no client of this service" if needs_reply else None
+    if not _literal_subject(reply):
+        return "the reply subject is not a plain subject"
+    if owner is not None and not reply.startswith(f"{owner}."):
+        return f"answers to this subject go to {owner}.* only"
+    return None
+
+
 # --- credentials files --------------------------------------------------------------------------------
 
 

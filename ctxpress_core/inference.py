@@ -35,6 +35,10 @@ CTX_DEADLINE_MS = "ctx_deadline_ms"
 # steer the model. Absent: the whole input is parsed for special tokens (what a TensorRT-LLM ensemble does).
 # Negative offsets are ignored (a prompt without markers sends [-1]).
 CTX_TEMPLATE_MARKERS = "ctx_template_markers"
+# Whose prompts a request's KV may be reused from, and whose earlier prompts its ``ctx_cached_tokens`` may count:
+# a keyed hash of the user (context.prompt.cache_salt), never the name. An engine that shares KV blocks across
+# requests (TensorRT-LLM) would otherwise tell one user, through that figure, what another one sent.
+CTX_CACHE_SALT = "ctx_cache_salt"
 # A second model of the embedded server: ``ctx_request_id`` in, the request is abandoned (dropped
 # from the engine's queue, or stopped at its next prompt chunk or decode step, its KV kept).
 CANCEL_MODEL = "ctxpress_cancel"
@@ -56,6 +60,7 @@ COMPLETION_INPUTS: tuple[TensorSpec, ...] = (
     TensorSpec(CTX_REQUEST_ID, "BYTES", (1,), optional=True),
     TensorSpec(CTX_DEADLINE_MS, "INT32", (1,), optional=True),
     TensorSpec(CTX_TEMPLATE_MARKERS, "INT32", (-1,), optional=True),
+    TensorSpec(CTX_CACHE_SALT, "BYTES", (1,), optional=True),
 )
 
 # Outputs the worker reads.

@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     # Disk budget of the pool's second tier: evicted files' KV (and every file's at shutdown) kept in
     # <home>/kv and read back instead of processed again; 0 turns the tier off.
     kv_disk_budget_mb: int = Field(default=2048, ge=0)
+    # The key of each user's KV cache salt (context.prompt.cache_salt): with it, whoever reaches the engine cannot
+    # compute a user's salt from their name. Unset: a plain hash of the name.
+    cache_salt_secret: SecretStr | None = None
     # Default speculative decoding: "auto" (a policy over measured figures), "none", "ngram", "draft".
     speculation: str = "auto"
     # Latency-first admission to the engine (5 ms window, urgent first, earliest deadline first, a prompt
@@ -157,6 +160,10 @@ class Settings(BaseSettings):
     index_retry_base_s: float = Field(default=2.0, gt=0)
     index_retry_max_s: float = Field(default=600.0, gt=0)
     index_max_deliver: int = Field(default=20, ge=2, le=1000)
+    # Team mode: pending events each user may hold in the index stream per kind (saves, commits): past it JetStream
+    # refuses that user's next one (an error ack to the publisher) rather than evicting anyone's; ``ctxpress status``
+    # says so. Room for a rebase's commits published while the worker is busy.
+    index_user_max_events: int = Field(default=64, ge=1, le=100_000)
     retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
     retrieval_top_k: int = 6
     retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see context/sources/retrieval.py)

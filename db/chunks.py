@@ -186,6 +186,28 @@ def discard_saved(session: Session, repo_id: int, paths: Iterable[str], owner: s
     return removed
 
 
+def drop_copies_of_shared(session: Session, repo_id: int, paths: Iterable[str], owner: str | None = None) -> int:
+    """Forget users' versions of ``paths`` that the shared index now holds as they are (same content, or deleted
+    both): ``owner``'s only, or every user's (None). A developer's commit stays in their own view until a trusted
+    source indexes the same content into the shared one. Returns the number of chunks removed."""
+    wanted = list(paths)
+    if not wanted or owner == SHARED:
+        return 0
+    gone = session.execute(text(
+        "DELETE FROM indexed_files u USING indexed_files s"
+        " WHERE u.repo_id = :r AND u.path = ANY(:paths) AND u.owner <> :shared"
+        " AND (CAST(:owner AS text) IS NULL OR u.owner = :owner)"
+        " AND s.repo_id = u.repo_id AND s.path = u.path AND s.owner = :shared AND s.deleted = u.deleted"
+        " AND s.content_hash IS NOT DISTINCT FROM u.content_hash"
+        " AND s.skipped_reason IS NOT DISTINCT FROM u.skipped_reason"
+        " RETURNING u.path, u.owner"), {"r": repo_id, "paths": wanted, "owner": owner, "shared": SHARED}).all()
+    removed = 0
+    for path, user in gone:
+        removed += session.execute(delete(CodeChunk).where(CodeChunk.repo_id == repo_id, CodeChunk.path == path,
+                                                           CodeChunk.owner == user)).rowcount or 0
+    return removed
+
+
 def set_repository_head(session: Session, repo_id: int, commit: str | None, embedder: str) -> None:
     values: dict[str, object] = {"indexed_at": datetime.now(UTC), "embedder": embedder}
     if commit:

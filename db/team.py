@@ -54,10 +54,14 @@ def revoke(url: str, name: str, repositories: Iterable[str]) -> int:
         return int(result.rowcount or 0)
 
 
-def remove_user(url: str, name: str) -> None:
+def remove_user(url: str, name: str) -> int:
+    """The user, their grants and their saved versions of files (the index rows they own): a new user of the
+    same name starts with none of them. Returns how many saved files were removed."""
     with engine_for(url).begin() as conn:
         if conn.execute(text("DELETE FROM team_users WHERE name = :n"), {"n": name}).rowcount == 0:
             raise UnknownUser(f"no user {name!r}")
+        conn.execute(text("DELETE FROM code_chunks WHERE owner = :n"), {"n": name})
+        return int(conn.execute(text("DELETE FROM indexed_files WHERE owner = :n"), {"n": name}).rowcount or 0)
 
 
 def list_users(url: str) -> list[UserRow]:
@@ -91,6 +95,26 @@ def repositories_of(url: str, name: str) -> frozenset[str]:
     with engine_for(url).connect() as conn:
         rows = conn.execute(text("SELECT repository FROM team_grants WHERE user_name = :n"), {"n": name})
         return frozenset(r for (r,) in rows)
+
+
+def kind_of(url: str, name: str) -> str | None:
+    """A user's kind (``developer``, ``hooks``); None for an unknown (or removed) user."""
+    with engine_for(url).connect() as conn:
+        row = conn.execute(text("SELECT kind FROM team_users WHERE name = :n"), {"n": name}).first()
+        return None if row is None else str(row[0])
+
+
+def grants_of(url: str, name: str) -> tuple[frozenset[str], str | None]:
+    """The repositories ``name`` may use, and their account: the name with the moment it was added, never the same
+    for a user removed and added again (what the workers key a user's engine caches by). Empty and None for an
+    unknown (or removed) user."""
+    with engine_for(url).connect() as conn:
+        rows = conn.execute(text("SELECT g.repository, u.created_at FROM team_grants g"
+                                 " JOIN team_users u ON u.name = g.user_name WHERE g.user_name = :n"), {"n": name})
+        found = rows.all()
+    # microseconds since the epoch: no ":" in an account, which engine cache keys use as their separator
+    account = f"{name}@{int(found[0].created_at.timestamp() * 1_000_000)}" if found else None
+    return frozenset(r.repository for r in found), account
 
 
 def _require(conn: Connection, name: str) -> None:

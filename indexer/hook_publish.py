@@ -32,6 +32,7 @@ SUBJECT = "ctxpress.v1.index.git"  # ctxpress_core.wire.v1.SUBJECT_INDEX_GIT (th
 HOOKS_USER = "hooks"  # ctxpress_core.identity.HOOKS_USER
 # A developer's own events, checked against their grants: ctxpress_core.identity.user_subject(user, "index_git")
 USER_SUBJECT = "ctxpress.v1.u.{user}.index_git"
+MAX_PATH_BYTES = 1024  # ctxpress_core.wire.v1.MAX_INDEX_PATH_BYTES
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 CONNECT_TIMEOUT_S = 0.5
 ACK_TIMEOUT_S = 2.0
@@ -84,7 +85,10 @@ def commits_for(hook: str, args: list[str]) -> tuple[str | None, str] | None:
 
 def _name(raw: bytes) -> str | None:
     """A path as the wire carries it (JSON text), or None for a name that is not UTF-8: it has no exact form
-    there, and the index worker could never match it to the file again."""
+    there, and the index worker could never match it to the file again; None too for one the index cannot hold
+    (the worker would refuse the whole event)."""
+    if len(raw) > MAX_PATH_BYTES:
+        return None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -323,7 +327,8 @@ def main(argv: list[str]) -> int:
         old, new = span
         changes, blobs, unnamed = diff(old, new)
         if unnamed:  # the rest of the commit is still sent
-            print(f"ctxpress: {unnamed} path(s) of {new[:10]} left out of the index: their names are not UTF-8",
+            print(f"ctxpress: {unnamed} path(s) of {new[:10]} left out of the index: their names are not UTF-8 "
+                  f"or longer than {MAX_PATH_BYTES} bytes",
                   file=sys.stderr)
         if not changes:
             return 0

@@ -25,6 +25,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from ctxpress_core import inference
+from ctxpress_core.repository_name import repository_name
+from ctxpress_core.wire.v1 import MAX_INDEX_PATH_BYTES
 from db import chunks as store
 from db import notes
 from db.scope import SHARED
@@ -34,6 +36,7 @@ from indexer.embeddings import TritonEmbedder
 from indexer.filters import DEFAULT_MAX_FILE_BYTES
 from indexer.secret_scan import TooLargeToScan, drop_secret_chunks
 from indexer.walk import (
+    THROUGH_SYMLINK,
     Skipped,
     SourceFile,
     changed_paths,
@@ -137,7 +140,7 @@ class Indexer:
                          progress: Progress | None = None) -> IndexSummary:
         """Index every file of the repository at ``root``; files gone from it leave the index."""
         top = index_root(root)
-        name = name or top.name
+        name = name or repository_name(top)
         paths = list_paths(top)
         changes: list[FileChange] = []
         summary = IndexSummary(repository=name)
@@ -155,16 +158,17 @@ class Indexer:
         top = index_root(root)
         if not is_work_tree_root(top) or head_commit(top) is None:  # not git's own: nothing says what changed
             return self.index_repository(top, name, progress)
-        name = name or top.name
+        name = name or repository_name(top)
         with Session(engine_for(self.database_url)) as session:
             repo = store.find_repository(session, name)
             since = repo.head_commit if repo else None
         changes: list[FileChange] = []
+        listed = set(list_paths(top))  # what git lists now: a changed path it no longer lists is gone, never read
         for path in changed_paths(top, since):
             full = top / path
             if outside(top, path):  # through a symlinked folder: not the repository's (see walk.outside)
-                changes.append(FileChange(path, None, skipped="outside the repository (a symlinked folder)"))
-            elif full.is_file() and not full.is_symlink():
+                changes.append(FileChange(path, None, skipped=THROUGH_SYMLINK))
+            elif path in listed and full.is_file() and not full.is_symlink():
                 try:
                     data = full.read_bytes()
                 except OSError as exc:
@@ -279,11 +283,18 @@ class Indexer:
                     progress("writing", n, len(plans))
             if committed_by is not None:
                 summary.chunks_deleted += store.discard_saved(session, repo.id, committed, committed_by)
+            # a user's version equal to the shared one is no longer theirs to keep: the shared index took it, or
+            # they wrote what it holds
+            summary.chunks_deleted += store.drop_copies_of_shared(
+                session, repo.id, [p.change.path for p in plans], None if owner == SHARED else owner)
             if (full or commit) and owner == SHARED:
                 store.set_repository_head(session, repo.id, commit, inference.EMBEDDING_MODEL_ID)
         summary.stage_seconds["write"] = time.perf_counter() - t
 
     def _plan(self, change: FileChange, row: store.FileRow | None, summary: IndexSummary) -> _Planned | None:
+        if _too_long(change.path):  # no row can name it (a walk of the disk finds such paths; events are refused)
+            summary.skipped.append(Skipped(change.path, f"a path longer than {MAX_INDEX_PATH_BYTES} bytes"))
+            return None
         if change.text is None:
             if change.skipped:
                 summary.skipped.append(Skipped(change.path, change.skipped))
@@ -304,6 +315,12 @@ class Indexer:
             # one pathological file (e.g. hundreds of nested namespaces) is skipped, not the whole batch:
             # a batch that fails is redelivered, and would fail again for ever
             reason = f"cannot be chunked: {type(exc).__name__}"
+            summary.skipped.append(Skipped(change.path, reason))
+            return _Planned(change, None, reason)
+        if any(_too_long(name) for name in (*(c.symbol for c in fc.chunks), *fc.imports, *fc.module_keys,
+                                            *(key for key, _ in fc.notes_wanted))):
+            # the database would refuse the whole batch's transaction for it, again at every try
+            reason = f"a name longer than {MAX_INDEX_PATH_BYTES} bytes"
             summary.skipped.append(Skipped(change.path, reason))
             return _Planned(change, None, reason)
         try:  # a chunk holding a secret is neither embedded nor stored
@@ -353,6 +370,11 @@ class Indexer:
         summary.vectors_computed = len(missing)
         summary.stage_seconds["embed"] = time.perf_counter() - t
         return vectors
+
+
+def _too_long(name: str) -> bool:
+    """Past what a btree entry of the index holds beside the other key columns (ctxpress_core.wire.v1)."""
+    return len(name.encode("utf-8", "surrogatepass")) > MAX_INDEX_PATH_BYTES
 
 
 def _row(c: Chunk, vector: np.ndarray) -> store.ChunkRow:

@@ -13,10 +13,18 @@ from dataclasses import replace
 import nats
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
 from nats.js.errors import NotFoundError
 
-from ctxpress_core.identity import user_subject
+from ctxpress_core.identity import subject_user, team_mode, user_subject
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_DEAD, SUBJECT_INDEX_GIT
 
@@ -25,19 +33,42 @@ log = logging.getLogger("ctxpress.index.stream")
 ACK_WAIT_S = 10.0  # a worker killed mid-batch: its messages come back after this long
 MAX_BATCH = 256
 DEAD_MAX_AGE_S = 30 * 24 * 3600
+STREAM_MAX_BYTES = 1 << 30
+# The largest event: an editor's save (up to CTXPRESS_MAX_REQUEST_BYTES) or a hook's message (parts of at most
+# 4 MiB, one file alone may pass that); nats-server's own max_payload is at least this.
+MAX_EVENT_BYTES = 8 << 20
+# Subjects no team credential may publish on, whose events name no user: kept out of the stream in team mode.
+USERLESS_SUBJECTS = (SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED)
+# What ensure_stream keeps equal to stream_config on a stream made by an older version (retention and storage
+# cannot change; deny_delete and deny_purge can only be switched on).
+MANAGED_FIELDS = ("discard", "discard_new_per_subject", "max_msgs_per_subject", "max_bytes", "max_msg_size",
+                  "deny_delete", "deny_purge")
 
 
 def stream_config(settings: Settings) -> StreamConfig:
+    per_user = [user_subject("*", "file_saved"), user_subject("*", "index_git")]
+    team = team_mode(settings)
     return StreamConfig(
         name=settings.index_stream,
         # Team mode: editors save, and their git hooks publish, on their own subjects; the worker checks their grant.
-        subjects=[SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED, user_subject("*", "file_saved"),
-                  user_subject("*", "index_git")],
+        # The user-less subjects only where nobody else can reach NATS (a single-user appliance).
+        subjects=per_user if team else [*USERLESS_SUBJECTS, *per_user],
         retention=RetentionPolicy.WORK_QUEUE,  # an acked event is done: it leaves the stream
         storage=StorageType.FILE,
         max_age=7 * 24 * 3600,
-        max_bytes=1 << 30,
-        max_msg_size=8 << 20,
+        # Team mode: a quota per subject, so per user and kind: past it, that subject's next publish is refused (its
+        # publisher gets an error ack) instead of the oldest events, anyone's, being dropped to make room; a full
+        # stream refuses too, it never evicts what is pending. A single user has nobody to starve: a long rebase
+        # with the worker down keeps its newest events, as before.
+        discard=DiscardPolicy.NEW if team else DiscardPolicy.OLD,
+        discard_new_per_subject=team,
+        max_msgs_per_subject=settings.index_user_max_events if team else -1,
+        max_bytes=STREAM_MAX_BYTES,
+        max_msg_size=MAX_EVENT_BYTES,
+        # Pending events are removed by the index worker's acks, never by an API call (a purge would drop every
+        # user's events).
+        deny_delete=True,
+        deny_purge=True,
         num_replicas=settings.index_stream_replicas,
     )
 
@@ -65,8 +96,10 @@ def dead_letter_config(settings: Settings) -> StreamConfig:
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_age=DEAD_MAX_AGE_S,
-        max_bytes=1 << 30,
-        max_msg_size=8 << 20,
+        max_bytes=STREAM_MAX_BYTES,
+        max_msg_size=MAX_EVENT_BYTES,
+        deny_delete=True,  # the alert goes when the letters age out, never on someone's request
+        deny_purge=True,
         num_replicas=settings.index_stream_replicas,
     )
 
@@ -84,20 +117,39 @@ async def dead_letters(js: JetStreamContext, settings: Settings) -> int:
         return 0
 
 
+async def users_at_quota(js: JetStreamContext, settings: Settings) -> dict[str, int]:
+    """Per-user subjects of the index stream holding their quota of pending events ("alice.file_saved" -> count):
+    that user's next event of that kind is refused until the worker catches up."""
+    info = await js.stream_info(settings.index_stream, subjects_filter=">")
+    full: dict[str, int] = {}
+    for subject, count in (info.state.subjects or {}).items():
+        user = subject_user(subject)
+        if user is not None and count >= settings.index_user_max_events:
+            full[f"{user}.{subject.rsplit('.', 1)[-1]}"] = count
+    return full
+
+
+def _updated(current: StreamConfig, wanted: StreamConfig, team: bool) -> StreamConfig | None:
+    """``current`` (a stream made by an older version, or by an operator) with what this version needs, or None
+    when it has it: the per-user subjects (in team mode without the user-less ones), the quotas, the denials."""
+    subjects = {*(current.subjects or ()), *(wanted.subjects or ())} - (set(USERLESS_SUBJECTS) if team else set())
+    changes: dict[str, object] = {f: getattr(wanted, f) for f in MANAGED_FIELDS
+                                  if getattr(current, f) != getattr(wanted, f)}
+    if subjects != set(current.subjects or ()):
+        changes["subjects"] = sorted(subjects)
+    return replace(current, **changes) if changes else None  # type: ignore[arg-type]
+
+
 async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
-    try:
-        await js.stream_info(dead_letter_stream(settings))
-    except NotFoundError:
-        await js.add_stream(dead_letter_config(settings))
-    wanted = stream_config(settings)
-    try:
-        info = await js.stream_info(settings.index_stream)
-    except NotFoundError:
-        await js.add_stream(wanted)
-    else:
-        if not set(wanted.subjects or ()) <= set(info.config.subjects or ()):  # made by an older version
-            await js.update_stream(replace(info.config, subjects=sorted({*(info.config.subjects or ()),
-                                                                         *(wanted.subjects or ())})))
+    for wanted in (dead_letter_config(settings), stream_config(settings)):
+        try:
+            info = await js.stream_info(wanted.name or "")
+        except NotFoundError:
+            await js.add_stream(wanted)
+            continue
+        updated = _updated(info.config, wanted, team_mode(settings) and wanted.name == settings.index_stream)
+        if updated is not None:
+            await js.update_stream(updated)
     try:
         await js.consumer_info(settings.index_stream, settings.index_consumer)
     except NotFoundError:

@@ -106,15 +106,22 @@ def list_paths(root: Path) -> list[str]:
     return sorted({p for p in out_b.decode("utf-8", "surrogateescape").split("\0") if p})
 
 
+# Why a listed path is not read: it goes through a symlinked folder (see ``outside``).
+THROUGH_SYMLINK = "through a symlinked folder: outside what git lists"
+
+
 def outside(root: Path, path: str) -> bool:
-    """Whether ``root / path`` leads out of the repository once every symlink on its way is followed.
+    """Whether ``root / path`` is not the file git names ``path``: a symlink on its way leads elsewhere.
 
     Checking the last component alone is not enough: a folder of the repository replaced by a symlink
     (``src -> ~/.ssh``, as a cloned repository can hold) makes ``src/config.py`` a file outside it, which git
-    still lists (from its index, or as changed since the last indexed commit). Its content must never reach the
-    index, where colleagues' prompts could retrieve it."""
+    still lists (from its index, or as changed since the last indexed commit). Nor is staying inside the
+    repository: ``lib -> private`` makes ``lib/keys.py`` the file ``private/keys.py`` that .gitignore keeps out.
+    git itself never stores a path through a symlink, so a path that goes through one is never read; its content
+    must never reach the index, where colleagues' prompts could retrieve it."""
+    top = root.resolve()
     try:
-        return not (root / path).resolve().is_relative_to(root.resolve())
+        return (root / path).resolve() != top / path
     except (OSError, RuntimeError):  # a symlink loop: certainly not a file of the repository
         return True
 
@@ -146,7 +153,7 @@ def iter_files(root: Path, paths: list[str], max_bytes: int = DEFAULT_MAX_FILE_B
             continue
         full = root / path
         if outside(root, path):
-            yield Skipped(path, "outside the repository (a symlinked folder)")
+            yield Skipped(path, THROUGH_SYMLINK)
             continue
         try:
             if full.is_symlink() or not full.is_file():
@@ -180,7 +187,9 @@ def head_commit(root: Path) -> str | None:
 def changed_paths(root: Path, since: str | None) -> list[str]:
     """Paths git says changed: since commit ``since`` (when given and known) plus the working tree's
     uncommitted and untracked (not ignored) changes. Deleted paths are included (the caller sees them
-    missing on disk and removes them from the index); for a rename both paths come back."""
+    missing on disk, or no longer listed by ``list_paths``, and removes them from the index); for a rename both
+    paths come back. A path that left the repository (``git rm --cached``, then ignored) is among them while its
+    file stays on disk: only what ``list_paths`` lists is read."""
     paths: set[str] = set()
     if since:
         try:

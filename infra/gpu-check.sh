@@ -6,6 +6,10 @@
 # Run from the repository root on a bare GPU machine with Python 3.10+ and registry access:
 #   bash infra/gpu-check.sh                 # HF checkpoints in $TARGET_HF / $DRAFT_HF if set
 #   GPU_FAMILY=hopper bash infra/gpu-check.sh
+#   GPU_CHECK_ENGINE_SALT=1 bash infra/gpu-check.sh   # also salt the engines' KV reuse per user
+#                                                     # (triton-repo --engine-cache-salt) and check the engine
+# After the eval, benchmarks/cache_oracle.py sends one prompt as two users: the second user's reply must report
+# 0 cached tokens (and, with the engine salt, the engine must reuse none of the first user's blocks for them).
 # Models: no registry package here carries HF-format Qwen2.5-Coder weights, so without
 # TARGET_HF/DRAFT_HF the script makes a tiny random Qwen2 model (the kind TensorRT-LLM's own
 # unit tests build) and uses a copy of it as the draft. Latency and tokens/s then measure the
@@ -101,8 +105,11 @@ set -e
 BUILD_S=$((SECONDS - BUILD_T0))
 
 step "Triton model repository"
+SALT_REPO_ARGS=(); SALT_CHECK_ARGS=()
+if [ -n "${GPU_CHECK_ENGINE_SALT:-}" ]; then SALT_REPO_ARGS=(--engine-cache-salt); SALT_CHECK_ARGS=(--engine-salt); fi
+# --speculate-min-prompt-tokens 0: speculate on every eval case, so acceptance is measured
 ctxpress triton-repo --engines "$ENGINES" --out "$WORK/model_repository" --max-batch-size 8 \
-  --speculate-min-prompt-tokens 0  # speculate on every eval case, so acceptance is measured
+  --speculate-min-prompt-tokens 0 "${SALT_REPO_ARGS[@]}"
 
 step "start Triton"
 need 90 "Triton start"
@@ -139,6 +146,14 @@ CTXPRESS_TRITON_URL=localhost:8001 run_for 240 ctxpress eval --cases 20 --json "
   > "$LOG/eval.log" 2>&1 || { tail -20 "$LOG/eval.log" >&2; exit 1; }
 curl -fsS localhost:8002/metrics > "$LOG/metrics.txt" || true
 
+step "cached-token oracle: one prompt as two users"
+need 20 "cache oracle check"
+set +e
+run_for 120 "$VPY" -m benchmarks.cache_oracle --triton localhost:8001 "${SALT_CHECK_ARGS[@]}" \
+  | tee "$LOG/cache-oracle.json"
+ORACLE_RC=${PIPESTATUS[0]}
+set -e
+
 step "summary"
 "$VPY" - "$WORK/eval.json" "$BUILD_S" "$LOG/metrics.txt" <<'PYEOF'
 import json, re, sys
@@ -168,4 +183,5 @@ print(f"tokens/s          : {tps}")
 print(f"draft acceptance  : {acceptance}")
 print(f"KV cache blocks   : {blocks or 'n/a'}")
 PYEOF
+[ "$ORACLE_RC" -eq 0 ] || { echo "gpu-check: cached-token oracle check failed ($ORACLE_RC); see $LOG/cache-oracle.json" >&2; exit 1; }
 echo "gpu-check: done in ${SECONDS}s"

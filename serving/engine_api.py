@@ -21,7 +21,9 @@ class EngineRequest:
     ``speculation``: the speculative decoding mode (None: the engine's default); ``request_id``: what
     ``cancel`` names it by; ``deadline_ms``: past it the engine drops the request by itself;
     ``template_markers``: where in ``prompt`` the template put its special tokens (serving.fim.fim_markers):
-    the engine reads every other character as text, so a file's own "<|fim_middle|>" cannot steer the model."""
+    the engine reads every other character as text, so a file's own "<|fim_middle|>" cannot steer the model;
+    ``cache_salt``: whose earlier prompts the engine may reuse KV from and count as cached (ctxpress_core.inference
+    .CTX_CACHE_SALT)."""
 
     prompt: str
     max_tokens: int
@@ -32,6 +34,7 @@ class EngineRequest:
     request_id: str | None = None
     deadline_ms: int | None = None
     template_markers: Sequence[int] | None = None
+    cache_salt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,15 +74,16 @@ async def complete(engine: CompletionEngine, prompt: str, *, max_tokens: int, ti
                    speculation: str | None = None, request_id: str | None = None,
                    template_markers: Sequence[int] | None = None,
                    settled: Callable[[str], bool] | None = None,
-                   max_decode_ms: float | None = None) -> CompletionResult:
+                   max_decode_ms: float | None = None, cache_salt: str | None = None) -> CompletionResult:
     """The whole completion of ``prompt`` within ``timeout_s`` (the engine is told the deadline too). A
     call that times out or is cancelled tells the engine, without waiting, that nobody reads the answer.
     ``settled``: told the text so far at each piece that ends a line (or may open a fence); once it says
     nothing further can change what the caller keeps, the engine is told to stop and the text so far is the
     result (finish reason ``stop``). ``max_decode_ms``: once this long has passed since the first token, the
-    completion ends at the next piece that ends a line (finish reason ``length``, as at the token limit)."""
+    completion ends at the next piece that ends a line (finish reason ``length``, as at the token limit).
+    ``cache_salt``: as in ``EngineRequest``."""
     request = EngineRequest(prompt, max_tokens, temperature, stop_words, cache_key, speculation, request_id,
-                            int(timeout_s * 1000), template_markers)
+                            int(timeout_s * 1000), template_markers, cache_salt)
     started = time.perf_counter()
     result = CompletionResult(text="")
     pieces: list[str] = []

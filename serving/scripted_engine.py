@@ -13,8 +13,9 @@ from serving.engine_api import EngineRequest, Piece
 
 
 class ScriptedEngine:
-    def __init__(self, answer: str = "", *, step_s: float = 0.0) -> None:
+    def __init__(self, answer: str = "", *, step_s: float = 0.0, fail_with: Exception | None = None) -> None:
         self.answer = answer
+        self.fail_with = fail_with  # raised once the request has reached it, as a broken model server fails
         self.step_s = step_s  # the time each piece takes: long enough, and a test can cancel mid-stream
         self.requests: list[EngineRequest] = []
         self.cancelled: list[str] = []
@@ -26,6 +27,8 @@ class ScriptedEngine:
     async def stream(self, request: EngineRequest) -> AsyncIterator[Piece]:
         self.requests.append(request)
         self.streaming.set()
+        if self.fail_with is not None:
+            raise self.fail_with
         words = re.findall(r"\s*\S+|\s+", self.answer)[:request.max_tokens]
         for word in words:
             await asyncio.sleep(self.step_s)

@@ -38,7 +38,8 @@ _FIGURE_NAMES = (
 def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str],
             stream: bool, cache_key: str | None = None, speculation: str | None = None,
             request_id: str | None = None, deadline_ms: int | None = None,
-            template_markers: Sequence[int] | None = None) -> list[grpcclient.InferInput]:
+            template_markers: Sequence[int] | None = None,
+            cache_salt: str | None = None) -> list[grpcclient.InferInput]:
     def make(name: str, dtype: str, value: np.ndarray) -> grpcclient.InferInput:
         tensor = grpcclient.InferInput(name, list(value.shape), dtype)
         tensor.set_data_from_numpy(value)
@@ -64,6 +65,8 @@ def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequen
     if template_markers is not None:
         tensors.append(make(inference.CTX_TEMPLATE_MARKERS, "INT32",
                             np.array([list(template_markers) or [-1]], dtype=np.int32)))
+    if cache_salt:
+        tensors.append(make(inference.CTX_CACHE_SALT, "BYTES", np.array([[cache_salt.encode()]], dtype=object)))
     return tensors
 
 
@@ -107,7 +110,7 @@ class TritonCompletionClient:
         inputs = _inputs(request.prompt, request.max_tokens, request.temperature, request.stop_words, stream=True,
                          cache_key=request.cache_key, speculation=request.speculation,
                          request_id=request.request_id, deadline_ms=request.deadline_ms,
-                         template_markers=request.template_markers)
+                         template_markers=request.template_markers, cache_salt=request.cache_salt)
 
         async def requests() -> AsyncIterator[dict[str, object]]:
             yield {"model_name": self.model, "inputs": inputs, "enable_empty_final_response": True}

@@ -41,6 +41,7 @@ from ctxpress_core.identity import (
 )
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorResponse
+from workers import replies
 from workers.fair_share import UserLimits
 from workers.process import run_service
 from workers.sharding import shard_for
@@ -290,6 +291,8 @@ async def run_gateway(settings: Settings, stop: asyncio.Event) -> None:
                 await msg.respond(payload)
 
         async def on_message(msg: Msg) -> None:
+            if not replies.answerable(msg, team=team, service="gateway"):  # only to the sender's own inbox
+                return
             task = asyncio.create_task(answer(msg))
             tasks.add(task)
             task.add_done_callback(tasks.discard)

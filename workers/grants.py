@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from context.build import FileView
 from ctxpress_core.errors import Forbidden, GrantsUnavailable
-from db.team import repositories_of
+from ctxpress_core.identity import USER_KIND_HOOKS
+from db.team import grants_of, kind_of
 
 log = logging.getLogger("ctxpress.worker.grants")
 
@@ -30,6 +32,18 @@ class Caller:
 
     user: str | None  # None: the single-user appliance (nobody else can reach it)
     repositories: tuple[str, ...]  # the user's grants ∩ the requested repository: retrieval's scope
+    # The user's account (db.team.grants_of): a user removed and added again under the same name is another
+    # account, so the engine's KV (pool and disk tier) of the old one is never restored for the new one.
+    account: str | None = None
+
+    @property
+    def kv_owner(self) -> str | None:
+        """Whose engine cache a request reads and fills."""
+        return self.account or self.user
+
+    def view(self, text: str, digest: str) -> FileView:
+        """The file of a request as this caller reads it."""
+        return FileView(text, digest, self.user, self.repositories, self.kv_owner)
 
     def file_key(self, digest: str) -> str:
         """The worker's file store key: a content hash one user sent is no way for another to read the text."""
@@ -42,30 +56,49 @@ class Grants:
         self.database_url = database_url
         self.ttl_s = ttl_s
         self.clock = clock
-        self._cache: dict[str, tuple[float, frozenset[str]]] = {}
+        self._cache: dict[str, tuple[float, tuple[frozenset[str], str | None]]] = {}
+        self._kinds: dict[str, tuple[float, str | None]] = {}
 
     async def repositories(self, user: str) -> frozenset[str]:
+        return (await self._grants(user))[0]
+
+    async def _grants(self, user: str) -> tuple[frozenset[str], str | None]:
         now = self.clock()
         cached = self._cache.get(user)
         if cached is not None and now - cached[0] < self.ttl_s:
             return cached[1]
         loop = asyncio.get_running_loop()
         try:
-            repositories = await loop.run_in_executor(None, repositories_of, self.database_url, user)
+            found = await loop.run_in_executor(None, grants_of, self.database_url, user)
         except SQLAlchemyError as exc:
             # The driver's text names the database's host, port, user and what failed there: for the log, not for
             # whoever sent the request.
             log.warning("the grants of %r cannot be read: %s", user, str(exc).splitlines()[0])
             raise GrantsUnavailable("the repository grants cannot be read now; try again later") from None
-        self._cache[user] = (now, repositories)
-        return repositories
+        self._cache[user] = (now, found)
+        return found
+
+    async def trusted_publisher(self, user: str) -> bool:
+        """Whether ``user``'s commit events may write the shared index: a hooks user (``ctxpress users hooks``, a CI
+        runner or the canonical server's checkout), never a developer, whose commits nothing ties to a real one."""
+        now = self.clock()
+        cached = self._kinds.get(user)
+        if cached is None or now - cached[0] >= self.ttl_s:
+            try:
+                kind = await asyncio.get_running_loop().run_in_executor(None, kind_of, self.database_url, user)
+            except SQLAlchemyError as exc:
+                log.warning("the kind of %r cannot be read: %s", user, str(exc).splitlines()[0])
+                raise GrantsUnavailable("the team's users cannot be read now; try again later") from None
+            cached = self._kinds[user] = (now, kind)
+        return cached[1] == USER_KIND_HOOKS
 
     async def authorize(self, user: str | None, repository: str) -> Caller:
         """The caller for a request on ``repository``, or ``Forbidden``."""
         if user is None:
             raise Forbidden("team mode: requests are served on ctxpress.v1.u.<user>.* only, with your own "
                             "NATS credentials")
-        scope = await self.repositories(user) & {repository}
+        repositories, account = await self._grants(user)
+        scope = repositories & {repository}
         if not scope:
             raise Forbidden(f"user {user!r} has no grant for repository {repository!r}")
-        return Caller(user, tuple(sorted(scope)))
+        return Caller(user, tuple(sorted(scope)), account)

@@ -1,7 +1,8 @@
 """The index worker: keeps the repository index fresh from the ``CTXPRESS_INDEX`` JetStream stream.
 
 Git hooks publish ``ctxpress.v1.index.git`` events and IDEs ``ctxpress.v1.file_saved`` (in team mode
-``ctxpress.v1.u.<user>.file_saved``, applied only to a repository the user holds a grant for); every
+``ctxpress.v1.u.<user>.index_git`` and ``.file_saved``, applied only to a repository the user holds a grant for,
+and into the shared index only from a hooks user; see ``IndexWorker.destination``); every
 worker binds the same durable pull consumer, so they share the stream like a queue group. A
 batch is what is pending when the worker looks (a burst, a rebase's files), folded to the latest
 state of each path: one pass per file, not one per event. Messages are acked only after the
@@ -43,7 +44,8 @@ from db.scope import SHARED
 from db.session import refuses_values
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
-from indexer.stream import dead_letters, ensure_stream, next_batch, retry_delay_s
+from indexer.stream import dead_letters, ensure_stream, next_batch, retry_delay_s, users_at_quota
+from workers import replies
 from workers.grants import Grants
 from workers.process import run_service
 
@@ -62,7 +64,8 @@ class Decoded:
     commit: str | None
     started_at: float | None  # when the hook ran / the IDE saved (epoch s), for freshness
     kind: str
-    user: str | None = None  # team mode: whose subject a save or hook event came on (None: the hooks credential)
+    user: str | None = None  # team mode: whose subject a save or hook event came on (None: a user-less subject)
+    trusted: bool = False  # team mode: published by a hooks user, whose commits the shared index takes
 
 
 def decode(msg: Msg, seq: int) -> Decoded:
@@ -130,15 +133,18 @@ class IndexWorker:
     async def handle_batch(self, msgs: list[Msg]) -> None:
         """Apply one batch; ack after commit, nak (redeliver later) on failure."""
         self.stats.batches += 1
-        by_repo: dict[tuple[str, str, str | None], list[tuple[int, Decoded, Msg]]] = {}
+        by_repo: dict[tuple[str, str], list[tuple[int, Decoded, Msg]]] = {}
         good: list[Msg] = []
         for msg in msgs:
             seq = msg.metadata.sequence.stream
             try:
                 decoded = decode(msg, seq)
-                # a user's own saves and hook events need their grant (events without a user: single-user mode)
-                if self.grants is not None and decoded.user is not None:
+                # Team mode: a user's own saves and hook events need their grant; an event on a user-less subject
+                # (left out of the stream, but there from before, or captured by an operator's stream) is refused.
+                if self.grants is not None:
                     await self.grants.authorize(decoded.user, decoded.repository)
+                    if decoded.kind != "save" and decoded.user is not None:
+                        decoded.trusted = await self.grants.trusted_publisher(decoded.user)
             except ValueError as exc:
                 self.stats.invalid += 1
                 log.warning(json.dumps({"event": "invalid", "seq": seq, "subject": msg.subject, "error": str(exc)}))
@@ -154,44 +160,42 @@ class IndexWorker:
                 await self._retry_later(msg, seq, f"grants unavailable: {exc}")
                 continue
             good.append(msg)
-            by_repo.setdefault((decoded.repository, *self.destination(decoded)), []).append((seq, decoded, msg))
+            by_repo.setdefault((decoded.repository, self.destination(decoded)), []).append((seq, decoded, msg))
         self.stats.events += len(good)
         keepalive = asyncio.create_task(self._keep_alive(good))
         try:
-            for (repository, owner, committed_by), items in by_repo.items():
+            for (repository, owner), items in by_repo.items():
                 items.sort(key=lambda x: x[0])
-                try:
-                    await self._apply(repository, owner, committed_by, items)
-                except Exception as exc:
-                    if len(items) == 1:
-                        await self._failed(items[0], exc)
-                        continue
-                    # One event the indexer cannot apply must not hold back the others (nak'd together, they
-                    # came back together and failed together until JetStream gave up on all of them): apply
-                    # them one at a time, so only the bad one is left out.
-                    log.warning(json.dumps({"event": "batch failed", "repository": repository, "events": len(items),
-                                            "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
-                                            "then": "one event at a time"}))
-                    for item in items:
-                        try:
-                            await self._apply(repository, owner, committed_by, [item])
-                        except Exception as exc_one:
-                            await self._failed(item, exc_one)
-                        else:
-                            await item[2].ack()
-                    continue
-                for _, _, msg in items:  # acked only after the commit
-                    await msg.ack()
+                await self._apply_or_split(repository, owner, items)
         finally:
             keepalive.cancel()
 
-    async def _apply(self, repository: str, owner: str, committed_by: str | None,
-                     items: list[tuple[int, Decoded, Msg]]) -> None:
+    async def _apply_or_split(self, repository: str, owner: str, items: list[tuple[int, Decoded, Msg]]) -> None:
+        """Apply ``items`` in one pass; when that fails, each half on its own, and so on down to the events that
+        fail alone. One event the indexer cannot apply must not hold back the others (nak'd together, they came
+        back and failed together until JetStream gave up on all of them), nor cost a pass per event: one bad
+        event among n costs about 2·log2(n) more passes, not n."""
+        try:
+            await self._apply(repository, owner, items)
+        except Exception as exc:
+            if len(items) == 1:
+                await self._failed(items[0], exc)
+                return
+            log.warning(json.dumps({"event": "batch failed", "repository": repository, "events": len(items),
+                                    "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                                    "then": "each half on its own"}))
+            middle = len(items) // 2
+            await self._apply_or_split(repository, owner, items[:middle])
+            await self._apply_or_split(repository, owner, items[middle:])
+            return
+        for _, _, msg in items:  # acked only after the commit
+            await msg.ack()
+
+    async def _apply(self, repository: str, owner: str, items: list[tuple[int, Decoded, Msg]]) -> None:
         changes = [c for _, d, _ in items for c in d.changes]
         commit = next((d.commit for _, d, _ in reversed(items) if d.commit), None)
         summary: IndexSummary = await asyncio.get_running_loop().run_in_executor(
-            None, partial(self.indexer.apply_changes, repository, changes, commit, owner=owner,
-                          committed_by=committed_by))
+            None, partial(self.indexer.apply_changes, repository, changes, commit, owner=owner))
         done = time.time()
         self.stats.files_indexed += summary.files_indexed
         self.stats.stale_events += summary.stale_events
@@ -254,15 +258,18 @@ class IndexWorker:
                               "error": headers[HEADER_DEAD_ERROR]}))
         await msg.term()
 
-    def destination(self, decoded: Decoded) -> tuple[str, str | None]:
-        """(the index an event is written into, the user whose commit it is). In team mode a user's save goes
-        into that user's own index, read only by their retrieval: a colleague's prompts see what was committed,
-        never what someone saved. A commit goes into the shared index and replaces its author's saves."""
+    def destination(self, decoded: Decoded) -> str:
+        """The index an event is written into. In team mode a user's save goes into that user's own index, read
+        only by their retrieval: a colleague's prompts see what was committed, never what someone saved. So does a
+        developer's commit event: nothing ties it to a real commit (anyone can publish a hand-made one on their
+        own subject), so it shapes only their own prompts until a trusted publisher (a hooks user: CI, the
+        canonical server) indexes the same content into the shared index. Only a trusted publisher's event sets
+        the repository's head (a user's index never does), so ``ctxpress index --changed`` stays right."""
         if self.grants is None or decoded.user is None:
-            return SHARED, None
-        if decoded.kind == "save":
-            return decoded.user, None
-        return SHARED, decoded.user
+            return SHARED
+        if decoded.kind != "save" and decoded.trusted:
+            return SHARED
+        return decoded.user
 
     async def _keep_alive(self, msgs: list[Msg]) -> None:
         while True:
@@ -286,12 +293,20 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     sub = await js.pull_subscribe_bind(settings.index_consumer, settings.index_stream)
 
     async def on_status(msg: Msg) -> None:
+        if not msg.reply or not replies.answerable(msg, team=grants is not None, service="index-worker"):
+            return
         try:
             dead = await dead_letters(js, settings)
         except Exception as exc:  # the status still answers: the count is what is missing
             log.warning("cannot count the dead letters: %s", exc)
             dead = None
-        await msg.respond(json.dumps({**worker.stats.as_dict(), "dead_letters": dead}).encode())
+        try:
+            at_quota: dict[str, int] | None = await users_at_quota(js, settings)
+        except Exception as exc:
+            log.warning("cannot read the per-user counts of the index stream: %s", exc)
+            at_quota = None
+        await msg.respond(json.dumps({**worker.stats.as_dict(), "dead_letters": dead,
+                                      "users_at_quota": at_quota}).encode())
 
     status_sub = await nc.subscribe(settings.index_status_subject, cb=on_status)
     log.info("index worker on stream %s (consumer %s), Triton at %s", settings.index_stream,

@@ -35,6 +35,9 @@ TELEMETRY_DROPPED = Counter("ctxpress_telemetry_dropped", "Telemetry rows droppe
 CANCELLED = Counter("ctxpress_cancelled", "Completion requests abandoned by their caller (ctxpress.v1.cancel)")
 OVERLOADED = Counter("ctxpress_overloaded",
                      "Completion requests rejected at once: the engine could not serve them in time")
+REPLIES_REFUSED = Counter("ctxpress_replies_refused",
+                          "Messages dropped unanswered: their reply subject is not the sender's own inbox",
+                          ["service"])
 CACHE_ENTRIES = Gauge("ctxpress_cache_entries", "Entries (or characters, *_chars) of the worker's per-file caches",
                       ["cache"])
 

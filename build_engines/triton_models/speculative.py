@@ -11,14 +11,22 @@ Per request:
   otherwise loop: draft proposes k tokens -> target verifies them with draft_input_ids
   (draft_tokens_external) and returns the accepted prefix + one token of its own; KV cache
   reuse makes each step pay only for the new tokens.
+
+TensorRT-LLM's KV block reuse is global: without more, a request's reused blocks (``ctx_cached_tokens``) would
+tell its user how much of their prompt matches what anyone else sent. So each request carries its user's salt
+(``ctx_cache_salt``): the figure counts only blocks the same salt sent before (``ReuseLedger``), and with the
+``engine_cache_salt`` parameter the salt also goes to the engines as ``cache_salt_id``, which keeps one salt's
+blocks from being reused by another (a backend that reads that input; docs/security.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +53,57 @@ class Figures:
     finish_reason: str = "length"
 
 
+class ReuseLedger:
+    """The KV blocks each salt's prompts produced, as the engine names them: a hash chain over
+    ``tokens_per_block``-token blocks (a block's hash covers every token before it), so a prompt's leading blocks
+    that a salt sent before are found by prefix. Bounded: the most recently sent ``max_blocks`` blocks of each of
+    the ``max_salts`` most recent salts (forgetting one only lowers what its user is told was cached)."""
+
+    def __init__(self, tokens_per_block: int, max_salts: int = 256, max_blocks: int = 8192) -> None:
+        self.tokens_per_block = tokens_per_block
+        self.max_salts = max_salts
+        self.max_blocks = max_blocks
+        self._salts: OrderedDict[str, OrderedDict[bytes, None]] = OrderedDict()
+
+    def chain(self, tokens: Sequence[int]) -> list[bytes]:
+        """The hashes of the full blocks of ``tokens``, in order."""
+        n = self.tokens_per_block
+        ids = np.asarray(tokens[: len(tokens) // n * n], dtype="<i8")
+        hashes: list[bytes] = []
+        parent = b""
+        for start in range(0, len(ids), n):
+            parent = hashlib.blake2b(parent + ids[start:start + n].tobytes(), digest_size=16).digest()
+            hashes.append(parent)
+        return hashes
+
+    def seen(self, salt: str, tokens: Sequence[int]) -> int:
+        """How many leading blocks of ``tokens`` this salt has sent before."""
+        known = self._salts.get(salt)
+        count = 0
+        for h in self.chain(tokens) if known else []:
+            if h not in known:  # type: ignore[operator]
+                break
+            count += 1
+        return count
+
+    def record(self, salt: str, tokens: Sequence[int]) -> None:
+        known = self._salts.pop(salt, None) or OrderedDict()
+        self._salts[salt] = known  # the most recent salt last
+        while len(self._salts) > self.max_salts:
+            self._salts.popitem(last=False)
+        for h in self.chain(tokens):
+            known[h] = None
+            known.move_to_end(h)
+        while len(known) > self.max_blocks:
+            known.popitem(last=False)
+
+
+def cache_salt_id(salt: str) -> int:
+    """The engine's uint64 ``cache_salt_id`` of a salt string (TensorRT-LLM hashes its own string salts to 8
+    bytes the same way)."""
+    return int.from_bytes(hashlib.blake2b(salt.encode(), digest_size=8).digest(), "little")
+
+
 @dataclass
 class Speculator:
     draft: DraftFn | None
@@ -52,6 +111,9 @@ class Speculator:
     max_draft_len: int
     min_prompt_tokens: int
     tokens_per_block: int
+    # Of the engine's reused blocks, at most this many are reported: the leading blocks of the prompt that its
+    # user sent before (ReuseLedger); the rest were another user's, and saying so would tell what they sent.
+    reportable_blocks: int | None = None
     figures: Figures = field(default_factory=Figures)
 
     async def run(self, prompt: list[int], max_new: int, end_id: int, stop_words: list[list[int]],
@@ -65,7 +127,8 @@ class Speculator:
             """Append new tokens; True when generation must stop."""
             nonlocal first_call
             if first_call and reused is not None:
-                f.cached_tokens = reused * self.tokens_per_block
+                shown = reused if self.reportable_blocks is None else min(reused, self.reportable_blocks)
+                f.cached_tokens = shown * self.tokens_per_block
             first_call = False
             for tok in new:
                 if tok == end_id:
@@ -136,7 +199,15 @@ def decode_stop_words(arr: np.ndarray | None) -> list[list[int]]:
 
 def _scalar(request: object, name: str, default: object) -> object:
     t = pb_utils.get_input_tensor_by_name(request, name)
-    return default if t is None else t.as_numpy().reshape(-1)[0].item()
+    if t is None:
+        return default
+    value = t.as_numpy().reshape(-1)[0]
+    return value.item() if isinstance(value, np.generic) else value  # a string tensor's items are bytes already
+
+
+def _text(request: object, name: str) -> str:
+    value = _scalar(request, name, b"")
+    return value.decode() if isinstance(value, bytes) else str(value or "")
 
 
 class RequestAbandoned(Exception):
@@ -157,6 +228,9 @@ class TritonPythonModel:
         self.max_draft_len = int(p.get("max_draft_len", "0"))
         self.min_prompt_tokens = int(p.get("speculate_min_prompt_tokens", "1024"))
         self.tokens_per_block = int(p.get("tokens_per_block", "32"))
+        self.engine_cache_salt = p.get("engine_cache_salt", "false") == "true"
+        self.ledger = ReuseLedger(self.tokens_per_block, int(p.get("reuse_ledger_salts", "256")),
+                                  int(p.get("reuse_ledger_blocks", "8192")))
 
     async def execute(self, requests: list[object]) -> None:
         # Decoupled: responses go through each request's sender; requests run concurrently.
@@ -187,14 +261,19 @@ class TritonPythonModel:
                     raise RequestAbandoned
                 sender.send(self._response(tokens, f), flags=final_flag if final else 0)
 
-            speculation = _scalar(request, "ctx_speculation", b"")
-            speculation = speculation.decode() if isinstance(speculation, bytes) else str(speculation or "")
+            speculation = _text(request, "ctx_speculation")
+            # No salt (an older worker): one ledger for all such requests, as their engine blocks are shared too.
+            salt = _text(request, "ctx_cache_salt")
+            salt_id = cache_salt_id(salt) if salt and self.engine_cache_salt else None
+            seen = self.ledger.seen(salt, prompt)
+            self.ledger.record(salt, prompt)
             spec = Speculator(
-                draft=self._draft_fn(end_id, pad_id) if self.draft_model and speculation != "none" else None,
-                target=self._target_fn(end_id, pad_id, temperature),
+                draft=self._draft_fn(end_id, pad_id, salt_id) if self.draft_model and speculation != "none" else None,
+                target=self._target_fn(end_id, pad_id, temperature, salt_id),
                 max_draft_len=self.max_draft_len,
                 min_prompt_tokens=self.min_prompt_tokens,
                 tokens_per_block=self.tokens_per_block,
+                reportable_blocks=seen,
             )
             await spec.run(prompt, max_new, end_id, stop_words, streaming, emit)
         except RequestAbandoned:
@@ -203,9 +282,10 @@ class TritonPythonModel:
             sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc))),
                         flags=final_flag)
 
-    def _inputs(self, tokens: list[int], out_len: int, end_id: int, pad_id: int) -> list[object]:
+    def _inputs(self, tokens: list[int], out_len: int, end_id: int, pad_id: int,
+                salt_id: int | None) -> list[object]:
         t = pb_utils.Tensor
-        return [
+        inputs = [
             t("input_ids", np.array([tokens], dtype=np.int32)),
             t("input_lengths", np.array([[len(tokens)]], dtype=np.int32)),
             t("request_output_len", np.array([[out_len]], dtype=np.int32)),
@@ -213,12 +293,15 @@ class TritonPythonModel:
             t("pad_id", np.array([[pad_id]], dtype=np.int32)),
             t("exclude_input_in_output", np.array([[True]], dtype=bool)),
         ]
+        if salt_id is not None:
+            inputs.append(t("cache_salt_id", np.array([[salt_id]], dtype=np.uint64)))
+        return inputs
 
-    def _draft_fn(self, end_id: int, pad_id: int) -> DraftFn:
+    def _draft_fn(self, end_id: int, pad_id: int, salt_id: int | None) -> DraftFn:
         async def draft(tokens: list[int], k: int) -> list[int]:
             req = pb_utils.InferenceRequest(
                 model_name=self.draft_model, requested_output_names=["output_ids", "sequence_length"],
-                inputs=self._inputs(tokens, k, end_id, pad_id),
+                inputs=self._inputs(tokens, k, end_id, pad_id, salt_id),
             )
             resp = await req.async_exec()
             if resp.has_error():
@@ -227,10 +310,10 @@ class TritonPythonModel:
 
         return draft
 
-    def _target_fn(self, end_id: int, pad_id: int, temperature: object) -> TargetFn:
+    def _target_fn(self, end_id: int, pad_id: int, temperature: object, salt_id: int | None) -> TargetFn:
         async def target(tokens: list[int], draft: list[int], out_len: int,
                          streaming: bool) -> AsyncIterator[tuple[list[int], int | None]]:
-            inputs = self._inputs(tokens, out_len, end_id, pad_id)
+            inputs = self._inputs(tokens, out_len, end_id, pad_id, salt_id)
             inputs.append(pb_utils.Tensor("streaming", np.array([[streaming]], dtype=bool)))
             inputs.append(pb_utils.Tensor("return_perf_metrics", np.array([[True]], dtype=bool)))
             if draft:

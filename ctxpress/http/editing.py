@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 from aiohttp import web
 
 from ctxpress.http.replies import HttpError
 from ctxpress_core.languages import language_from_editor, language_from_path
+from ctxpress_core.repository_name import name_from_url
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import MAX_DECODE_MS, MAX_TOKENS_LIMIT, CompletionRequest
 
@@ -51,12 +51,9 @@ def where_from(request: web.Request, settings: Settings, *, path: str | None = N
 
 
 def repository_from_git_url(url: str | None) -> str | None:
-    """``https://github.com/org/name.git`` → ``name``: as ``ctxpress index`` names a repository by default
-    (its folder, which a clone names after the URL)."""
-    if not url:
-        return None
-    name = PurePosixPath(url.rstrip("/").replace(":", "/")).name.removesuffix(".git")
-    return name or None
+    """Tabby's ``git_url`` (its workspace's origin) → the repository, as ``ctxpress index`` names a clone without
+    ``ctxpress.repository`` set (``ctxpress_core.repository_name``)."""
+    return name_from_url(url)
 
 
 @dataclass(frozen=True)

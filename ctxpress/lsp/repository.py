@@ -1,12 +1,13 @@
 """Which repository a file belongs to, and its path there: the git work tree's root, named as
-``ctxpress index`` names it by default (the folder's name), so retrieval finds its index."""
+``ctxpress index`` names it (``ctxpress_core.repository_name``), so retrieval finds its index."""
 
 from __future__ import annotations
 
-import configparser
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse
+
+from ctxpress_core.repository_name import clone_config, repository_name
 
 
 @dataclass(frozen=True)
@@ -24,19 +25,6 @@ def git_root(path: Path) -> Path | None:
     return None
 
 
-def origin_url(root: Path) -> str | None:
-    git = root / ".git"
-    if git.is_file():  # a worktree or submodule: "gitdir: <path>"
-        target = git.read_text(errors="replace").partition("gitdir:")[2].strip()
-        git = (root / target).resolve() if target else git
-    config = configparser.ConfigParser(strict=False, interpolation=None)
-    try:
-        config.read(git / "config", encoding="utf-8")
-    except (OSError, configparser.Error):
-        return None
-    return config.get('remote "origin"', "url", fallback=None)
-
-
 def locate(uri: str, workspace_roots: list[Path], repository: str | None = None) -> Location:
     """``repository``: the user's override of the id (initializationOptions)."""
     parsed = urlparse(uri)
@@ -47,5 +35,5 @@ def locate(uri: str, workspace_roots: list[Path], repository: str | None = None)
     root = git_root(file.parent)
     if root is None:
         root = next((r for r in workspace_roots if file.is_relative_to(r)), file.parent)
-    remote = origin_url(root) if (root / ".git").exists() else None
-    return Location(repository or root.name, file.relative_to(root).as_posix(), root, remote)
+    remote = clone_config(root)[1] if (root / ".git").exists() else None
+    return Location(repository or repository_name(root), file.relative_to(root).as_posix(), root, remote)

@@ -60,6 +60,10 @@ def index_summary(reply: dict[str, Any] | None, settings: Settings) -> str:
     if reply is None:
         return "no status answer from the index worker"
     line = f"{reply.get('events', 0)} events, {reply.get('files_indexed', 0)} files indexed"
+    full = reply.get("users_at_quota")
+    if full:  # their next events are refused (JetStream's error ack) until the worker catches up
+        line = (f"ALERT: index events refused for {', '.join(sorted(full))}: at the quota of "
+                f"{settings.index_user_max_events} pending (CTXPRESS_INDEX_USER_MAX_EVENTS); {line}")
     dead = reply.get("dead_letters")
     if dead:
         line = (f"ALERT: {dead} index event(s) given up on, kept in the stream {dead_letter_stream(settings)} "

@@ -11,9 +11,11 @@ import hashlib
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     Strict,
     ValidationInfo,
     field_validator,
@@ -21,7 +23,7 @@ from pydantic import (
 )
 
 from ctxpress_core import features
-from ctxpress_core.errors import CtxpressError, ErrorCode, UnsupportedLanguage
+from ctxpress_core.errors import SERVER_SIDE_MESSAGES, CtxpressError, ErrorCode, UnsupportedLanguage
 from ctxpress_core.languages import KNOWN_LANGUAGES, normalize_language
 
 SUBJECT_COMPLETE = "ctxpress.v1.complete"
@@ -57,11 +59,22 @@ class ErrorBody(BaseModel):
     # ``rate_limited`` (and any refusal that knows): milliseconds after which asking again may be answered
     retry_after_ms: int | None = None
 
+    _detail: str | None = PrivateAttr(default=None)  # what failed, for the log: never on the wire
+
     @classmethod
     def of(cls, error: CtxpressError) -> ErrorBody:
-        """The reply to a request that failed with ``error``: its class says the code."""
-        return cls(code=error.code, message=str(error), details=error.details,
+        """The reply to a request that failed with ``error``: its class says the code. A failure on the appliance's
+        side gets its code's fixed message (``SERVER_SIDE_MESSAGES``); its text stays in ``detail``."""
+        generic = SERVER_SIDE_MESSAGES.get(error.code)
+        body = cls(code=error.code, message=generic or str(error), details=None if generic else error.details,
                    retry_after_ms=getattr(error, "retry_after_ms", None))
+        body._detail = str(error)
+        return body
+
+    @property
+    def detail(self) -> str:
+        """What the worker's log says of this error: the failure's own text where the reply has a fixed one."""
+        return self._detail or self.message
 
 
 class ErrorResponse(BaseModel):
@@ -287,13 +300,28 @@ HEADER_DEAD_ERROR = "Ctxpress-Error"  # why it was given up: the last failure
 HEADER_DEAD_DELIVERIES = "Ctxpress-Deliveries"
 
 
+# The longest path an index event may name, in UTF-8 bytes. PostgreSQL refuses an index entry over about 2.7 KB and
+# a path is part of several (with the owner, a symbol and a content hash): a longer one, taken here, was refused by
+# the database and kept as a dead letter, an alert anyone could raise. Real paths stay far below it.
+MAX_INDEX_PATH_BYTES = 1024
+
+
+def _fits_the_index(path: str) -> str:
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_INDEX_PATH_BYTES:
+        raise ValueError(f"a path longer than {MAX_INDEX_PATH_BYTES} bytes (UTF-8) cannot be indexed")
+    return path
+
+
+IndexPath = Annotated[str, Field(min_length=1, max_length=MAX_INDEX_PATH_BYTES), AfterValidator(_fits_the_index)]
+
+
 class FileSaved(Inbound):
     """An IDE saved a file: index this text now (no commit needed)."""
 
     model_config = ConfigDict(extra="forbid")
 
     repository: str = Field(min_length=1, max_length=256)
-    path: str = Field(min_length=1, max_length=4096, description="relative to the repository root, '/'-separated")
+    path: IndexPath = Field(description="relative to the repository root, '/'-separated")
     text: str
     saved_at: float | None = Field(default=None, description="epoch seconds, for freshness measurement")
 
@@ -303,9 +331,9 @@ class ChangedPath(Inbound):
     # A NUL in a file's content makes it binary (below), rather than the whole commit's event invalid.
     _NUL_ALLOWED: ClassVar[frozenset[str]] = frozenset({"text"})
 
-    path: str = Field(min_length=1, max_length=4096)
+    path: IndexPath
     status: Literal["A", "M", "D", "R"]
-    old_path: str | None = None  # for "R": the path the file had before
+    old_path: IndexPath | None = None  # for "R": the path the file had before
     text: str | None = None  # the content at ``commit``; None for "D" and for skipped files
     skipped: str | None = None  # why the publisher sent no content ("secret", "binary", "too large")
 

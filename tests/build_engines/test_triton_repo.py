@@ -194,3 +194,20 @@ def test_triton_repo_cli_needs_a_manifest(tmp_path: Path) -> None:
     a = p.parse_args(["triton-repo", "--engines", str(tmp_path / "none"), "--out", str(tmp_path / "m")])
     with pytest.raises(SystemExit, match=r"BUILD\.json"):
         a.func(a)
+
+
+def test_the_engine_cache_salt_is_an_option(tmp_path: Path, checkpoints: tuple[Path, Path], code_repo: Path,
+                                            repo: dict[str, mc.ModelConfig]) -> None:
+    """Off (the default): the engines declare no salt input and the orchestrator sends none; on: both engines
+    take TensorRT-LLM's uint64 cache_salt_id and the orchestrator is told to send it."""
+    for name in ("tensorrt_llm", "tensorrt_llm_draft"):
+        assert "cache_salt_id" not in {i.name for i in repo[name].input}
+    assert repo["ctxpress_speculative"].parameters["engine_cache_salt"].string_value == "false"
+    engines = _build(tmp_path / "salted", checkpoints, code_repo)
+    paths = write_repository(RepoSettings(engines=engines, out=tmp_path / "salted" / "m", engine_cache_salt=True),
+                             echo=lambda _: None)
+    salted = {p.parent.name: _parse(p) for p in paths}
+    for name in ("tensorrt_llm", "tensorrt_llm_draft"):
+        salt = {i.name: i for i in salted[name].input}["cache_salt_id"]
+        assert salt.data_type == mc.TYPE_UINT64 and salt.optional and tuple(salt.reshape.shape) == ()
+    assert salted["ctxpress_speculative"].parameters["engine_cache_salt"].string_value == "true"

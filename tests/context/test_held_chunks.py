@@ -38,34 +38,37 @@ REQUEST = CompletionRequest(repository="r", path="m.py", text="x", line=0, colum
 def test_chunks_stay_while_typing_in_the_same_block_and_change_elsewhere() -> None:
     chunks = _chunks()
     first = _prepared("def f(x):\n    y = ", steady=False)
-    chunks.add(first, Retrieval([_chunk("alpha")], RetrievalReport()), REQUEST)
+    chunks.add(first, Retrieval([_chunk("alpha")], RetrievalReport()), REQUEST, None)
     assert "def alpha" in first.prefix and first.prefix.startswith(EXCERPTS)
     # the next keystroke: the excerpts were kept, a fresh query found another chunk
     typed = _prepared("def f(x):\n    y = he", steady=True)
-    chunks.add(typed, Retrieval([_chunk("beta")], RetrievalReport()), REQUEST)
+    chunks.add(typed, Retrieval([_chunk("beta")], RetrievalReport()), REQUEST, None)
     assert "def alpha" in typed.prefix and "def beta" not in typed.prefix
     assert typed.prefix[:len(first.prefix) - len("y = ")] == first.prefix[:len(first.prefix) - len("y = ")]
     assert any("kept while typing" in b.reason for b in typed.report.blocks if b.kind == "retrieved")
     # excerpts chosen afresh (another block, or an edit elsewhere): so are the chunks
     moved = _prepared("def g(x):\n    ", steady=False, block_start=40)
-    chunks.add(moved, Retrieval([_chunk("gamma")], RetrievalReport()), REQUEST)
+    chunks.add(moved, Retrieval([_chunk("gamma")], RetrievalReport()), REQUEST, None)
     assert "def gamma" in moved.prefix and "def alpha" not in moved.prefix
 
 
 def test_kept_chunks_that_no_longer_fit_are_chosen_afresh() -> None:
     chunks = _chunks()
-    chunks.add(_prepared("def f(x):\n    ", steady=False), Retrieval([_chunk("alpha")], RetrievalReport()), REQUEST)
+    chunks.add(_prepared("def f(x):\n    ", steady=False), Retrieval([_chunk("alpha")], RetrievalReport()), REQUEST,
+               None)
     tight = _prepared("def f(x):\n    y", steady=True, budget=104)  # 4 tokens of room left
-    chunks.add(tight, Retrieval([], RetrievalReport()), REQUEST)
+    chunks.add(tight, Retrieval([], RetrievalReport()), REQUEST, None)
     assert "def alpha" not in tight.prefix and tight.report.context_tokens == 100
 
 
 def test_chunks_are_held_per_repository_and_counted() -> None:
     chunks = _chunks()
-    chunks.add(_prepared("def f(x):\n    ", steady=False), Retrieval([_chunk("alpha")], RetrievalReport()), REQUEST)
+    chunks.add(_prepared("def f(x):\n    ", steady=False), Retrieval([_chunk("alpha")], RetrievalReport()), REQUEST,
+               None)
     # the same path in another repository, typed in the same block: its own chunks, not the first one's
     fork = _prepared("def f(x):\n    y", steady=True)
-    chunks.add(fork, Retrieval([_chunk("beta")], RetrievalReport()), REQUEST.model_copy(update={"repository": "fork"}))
+    chunks.add(fork, Retrieval([_chunk("beta")], RetrievalReport()), REQUEST.model_copy(update={"repository": "fork"}),
+               None)
     assert "def beta" in fork.prefix and "def alpha" not in fork.prefix
     entries = chunks.sessions.counts()
     assert entries["held_chunk_files"] == entries["file_sessions"] == 2

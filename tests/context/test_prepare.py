@@ -23,6 +23,6 @@ def test_a_long_files_first_request_without_file_opened_is_assembled(tokenizer: 
     preparer = ContextPreparer(settings, memoized_counter(tokenizer.count), FileSessions())
     text, _ = cut_out(LONG_FILE.read_text(encoding="utf-8"), 1500, 8)
     request = CompletionRequest(repository="sqlalchemy", path="engine/result.py", text=text, line=1500, column=8)
-    prepared = preparer.prepare(request, text, content_hash(text))
+    prepared = preparer.prepare(request, text, content_hash(text), owner=None)
     assert prepared.report.strategy == "ast", prepared.report.degraded
     assert prepared.report.degraded is None

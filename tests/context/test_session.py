@@ -33,11 +33,11 @@ def _assemble(session: FileSession, helper: int, typed: str, count_tokens: Count
 
 def test_the_same_path_in_two_repositories_keeps_its_own_steady_excerpts(count_tokens: Counter) -> None:
     sessions = FileSessions()
-    _assemble(sessions.get("fork-a", PATH), 3, "", count_tokens)
-    typed_in_a = _assemble(sessions.get("fork-a", PATH), 3, "1", count_tokens)
+    _assemble(sessions.get("fork-a", PATH, None), 3, "", count_tokens)
+    typed_in_a = _assemble(sessions.get("fork-a", PATH, None), 3, "1", count_tokens)
     assert typed_in_a.steady and "def helper_3(" in typed_in_a.prefix  # typing on in A keeps A's excerpts
     # B's file equals A's but inside main: A's held excerpts must not stand in for B's own choice
-    in_b = _assemble(sessions.get("fork-b", PATH), 17, "1", count_tokens)
+    in_b = _assemble(sessions.get("fork-b", PATH, None), 17, "1", count_tokens)
     alone = _assemble(FileSession("fork-b", PATH), 17, "1", count_tokens)
     assert not in_b.steady
     assert "def helper_17(" in in_b.prefix and "def helper_3(" not in in_b.prefix
@@ -46,7 +46,7 @@ def test_the_same_path_in_two_repositories_keeps_its_own_steady_excerpts(count_t
 
 def test_the_same_path_in_two_repositories_has_its_own_parse_tree(count_tokens: Counter) -> None:
     sessions = FileSessions()
-    a, b = sessions.get("fork-a", PATH), sessions.get("fork-b", PATH)
+    a, b = sessions.get("fork-a", PATH, None), sessions.get("fork-b", PATH, None)
     _assemble(a, 3, "", count_tokens)
     _assemble(b, 17, "", count_tokens)
     assert a.trees is not b.trees
@@ -57,11 +57,11 @@ def test_the_same_path_in_two_repositories_has_its_own_parse_tree(count_tokens: 
 
 def test_sessions_are_bounded_and_counted(count_tokens: Counter) -> None:
     sessions = FileSessions(max_files=3)
-    first = sessions.get("r", "f0.py")
+    first = sessions.get("r", "f0.py", None)
     for i in range(10):
-        _assemble(sessions.get("r", f"f{i}.py"), 3, "", count_tokens)
+        _assemble(sessions.get("r", f"f{i}.py", None), 3, "", count_tokens)
         assert len(sessions) <= 3
     assert sessions.counts() == {"file_sessions": 3, "tree_cache_files": 3, "steady_excerpt_files": 3,
                                  "held_chunk_files": 0}
-    assert sessions.get("r", "f0.py") is not first  # the least recently used went, all of its state with it
-    assert sessions.get("r", "f9.py") is sessions.get("r", "f9.py")
+    assert sessions.get("r", "f0.py", None) is not first  # the least recently used went, all of its state with it
+    assert sessions.get("r", "f9.py", None) is sessions.get("r", "f9.py", None)

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.orm import Session
 
 from ctxpress import deployment
 from ctxpress_core.settings import Settings
+from db import notes
 from db import team as store
 from db.session import engine_for
 from tests.team_services import embedded_postgres
@@ -95,3 +97,21 @@ def test_the_admin_role_manages_users_but_is_no_superuser(urls: dict[str, str]) 
                                  "WHERE rolname = current_user")).scalar_one() is False
     assert refused(url, "CREATE ROLE intruder LOGIN")
     assert refused(url, "ALTER ROLE ctxpress_completion SUPERUSER")
+
+
+def test_the_completion_role_writes_only_the_note_columns_of_block_notes(urls: dict[str, str]) -> None:
+    """The note writer may fill a row's note, never rewrite the block the indexer described: a changed ``source``
+    would make every worker write (and every prompt read) a note of text that is not in the repository."""
+    with engine_for(urls["indexer"]).begin() as conn:
+        repo = conn.execute(text("INSERT INTO repositories (name) VALUES ('notes-cols') RETURNING id")).scalar_one()
+        conn.execute(text("INSERT INTO block_notes (repo_id, path, note_key, language, source) "
+                          "VALUES (:r, 'a.py', 'k', 'python', 'def f(): ...')"), {"r": repo})
+    url = urls["completion"]
+    with Session(engine_for(url)) as session, session.begin():  # what the note writer runs, as this role
+        pending = notes.claim_pending(session, "notes-cols")
+        assert pending is not None
+        notes.release(session, pending)
+        notes.store_note(session, pending, "n")
+    for column, value in (("source", "'evil'"), ("language", "'c'"), ("path", "'b.py'"), ("note_key", "'k2'"),
+                          ("repo_id", "repo_id")):
+        assert refused(url, f"UPDATE block_notes SET {column} = {value}"), column

@@ -100,3 +100,14 @@ def test_one_owner_evicts_least_recently_used_as_before() -> None:
     _leased(pool, "m:r:b.py", [1, 2])
     _leased(pool, "m:r:a.py", [1, 2, 3])
     assert pool.lease("m:r:c.py", [1, 2], room=1).evicted == ["m:r:b.py"]
+
+
+def test_a_team_accounts_pool_key_names_its_account() -> None:
+    from context.prompt import cache_key
+    from ctxpress_core.wire.v1 import CompletionRequest
+    from serving.engine.kv_pool import key_owner
+
+    request = CompletionRequest(repository="api", path="src/a.py", text="x = 1\n", line=0, column=5, mode="optimized")
+    account = "alice@1796644800123456"
+    assert key_owner(cache_key("m", request, {"prefix_cache": True}, account)) == account
+    assert key_owner(cache_key("m", request, {"prefix_cache": False}, account)) == account

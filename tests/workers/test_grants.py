@@ -505,7 +505,8 @@ async def test_grants_are_cached_for_at_most_the_ttl(team_up: Team) -> None:
     clock = Clock()
     grants = Grants(url, clock=clock)
     assert GRANTS_TTL_S <= 2.0
-    assert await grants.authorize("erin", "alpha") == Caller("erin", ("alpha",))
+    erin = await grants.authorize("erin", "alpha")
+    assert (erin.user, erin.repositories) == ("erin", ("alpha",)) and str(erin.kv_owner).startswith("erin@")
     with pytest.raises(Forbidden, match="no grant for repository 'beta'"):
         await grants.authorize("erin", "beta")
     store.revoke(url, "erin", ["alpha"])

@@ -75,7 +75,7 @@ class Observer:
         mode = request.mode if request else "unknown"
         metrics.REQUESTS.labels(mode, "error").inc()
         metrics.ERRORS.labels(body.code.value).inc()
-        log.info(json.dumps({"event": "error", "id": request_id, "code": body.code.value, "message": body.message}))
+        log.info(json.dumps({"event": "error", "id": request_id, "code": body.code.value, "message": body.detail}))
         if self.telemetry is not None:
             self.telemetry.record_event({
                 "request_id": request_id, "repository": request.repository if request else "",

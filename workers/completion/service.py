@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pydantic import ValidationError
 
 from context import prompt
-from context.build import ContextLibrary, FileView, Prompt
+from context.build import ContextLibrary, Prompt
 from context.packing.tokens import memo_sizes
 from context.prepare import Prepared
 from context.sources.notes import NoteReader
@@ -156,8 +156,7 @@ class CompletionService:
         """The pipeline: context, admission, inference, reply."""
         started = time.perf_counter()
         self.engine_load.admit(self._time_left(request, received_at), caller.user)  # before the context work, too
-        built = await self.library.build_prompt(request, FileView(text, digest, caller.user, caller.repositories),
-                                                self.retriever, self.notes)
+        built = await self.library.build_prompt(request, caller.view(text, digest), self.retriever, self.notes)
         prepared = built.prepared
         observe_retrieval(prepared.report.retrieval)
         context_ms = (time.perf_counter() - started) * 1000
@@ -249,7 +248,7 @@ class CompletionService:
                     max_tokens=request.max_tokens, stop_words=STOP_WORDS, timeout_s=left_s,
                     cache_key=built.cache_key, speculation=built.speculation, request_id=uuid.uuid4().hex,
                     settled=settled if resolve_features(request.features)["early_stop"] else None,
-                    max_decode_ms=request.max_decode_ms)
+                    max_decode_ms=request.max_decode_ms, cache_salt=built.cache_salt)
         except CtxpressError:
             raise
         except Exception as exc:  # any other inference failure: reply, do not hang
@@ -341,13 +340,13 @@ class CompletionService:
         if await loop.run_in_executor(None, longest_line, event.text) > MAX_LINE_CHARS:
             return json.dumps({"ok": False, "reason": "long lines: completions there use the window"}).encode()
         try:
-            session = self.library.sessions.get(event.repository, event.path)
+            session = self.library.sessions.get(event.repository, event.path, caller.user)
             warm_ms = await loop.run_in_executor(
                 self._low_priority, functools.partial(warm_file, session, event.text, event.language,
                                                       count_tokens=self.count_tokens))
-        except Exception as exc:  # warming is optional: the first completion will parse instead
+        except Exception:  # warming is optional: the first completion will parse instead
             log.exception("warming %s failed", event.path)
-            return json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()
+            return json.dumps({"ok": False, "reason": "warming failed; the first completion parses instead"}).encode()
         task = asyncio.create_task(self._prewarm_logged(event, caller))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -376,16 +375,16 @@ class CompletionService:
                                     column=column, language=event.language, mode="optimized",
                                     features=event.features)
         loop = asyncio.get_running_loop()
-        prepared = await loop.run_in_executor(None, self.library.preparer.prepare, request, event.text,
-                                              content_hash(event.text))
+        prepared = await loop.run_in_executor(None, functools.partial(
+            self.library.preparer.prepare, request, event.text, content_hash(event.text), owner=caller.user))
         # what the next request's prompt will start with
         head = prompt.prewarm_head(prepared) if event.line is not None else prompt.prewarm_file_head(prepared)
         if head is None:
             return
         result = await complete(
             self.engine, head.text, template_markers=head.markers,
-            max_tokens=0, timeout_s=self.settings.triton_timeout_s,
-            cache_key=prompt.cache_key(self.model_name, request, features, caller.user), speculation="none")
+            max_tokens=0, timeout_s=self.settings.triton_timeout_s, cache_salt=self.library.cache_salt(caller.kv_owner),
+            cache_key=prompt.cache_key(self.model_name, request, features, caller.kv_owner), speculation="none")
         metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))
         log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
             inference.CTX_PROMPT_TOKENS), "reused": result.figures.get(inference.CTX_CACHED_TOKENS),

@@ -35,7 +35,7 @@ from ctxpress_core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
 from indexer.embeddings import AsyncTritonEmbedder
 from serving.triton_client import TritonCompletionClient
 from syntax.warm import warm_up
-from workers import metrics
+from workers import metrics, replies
 from workers.completion.fair_gate import within_rate, within_share
 from workers.completion.notes import NoteWriter
 from workers.completion.service import CompletionService
@@ -122,13 +122,20 @@ async def _subscribe(nc: Client, settings: Settings, service: CompletionService,
         if msg.reply:
             await msg.respond(payload)
 
+    def answerable(msg: Msg) -> bool:  # only to the sender's own inbox (workers/replies.py)
+        return replies.answerable(msg, team=team, service="completion-worker")
+
     async def on_message(msg: Msg) -> None:
+        if not answerable(msg):
+            return
         # Reply from a task so a slow inference never blocks the next message's validation.
         task = asyncio.create_task(reply(msg, time.perf_counter()))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
     async def on_feedback(msg: Msg) -> None:
+        if not answerable(msg):
+            return
         user = subject_user(msg.subject)
         answer = within_rate(feedback_limits, user) or service.feedback(msg.data, user)
         if msg.reply:
@@ -142,6 +149,8 @@ async def _subscribe(nc: Client, settings: Settings, service: CompletionService,
             await msg.respond(answer)
 
     async def on_file_opened(msg: Msg) -> None:
+        if not answerable(msg):
+            return
         # From a task, as a request: one user's opened files must not queue another's behind them.
         task = asyncio.create_task(opened(msg))
         tasks.add(task)

@@ -106,3 +106,32 @@ async def test_past_max_decode_ms_the_completion_ends_at_the_next_line_end() -> 
     assert 1 <= len(lines) < 40 and lines[0] == "a0 = 0" and answer.startswith(reply["completion"])
     await asyncio.sleep(0.01)
     assert engine.cancelled == [engine.requests[0].request_id]
+
+
+async def test_the_engine_is_told_each_users_cache_salt_and_never_their_name() -> None:
+    """The salt an engine that shares KV across requests (TensorRT-LLM) scopes reuse and the reported cached
+    tokens by: one per user, stable, a hash (keyed once the appliance has a secret), one for single-user."""
+    engine = ScriptedEngine("a + b\n")
+    service = _service(engine)
+    for user in ("alice", "bob", "alice", None):
+        await service.handle(_request(max_tokens=4), time.perf_counter(), user=user)
+    alice, bob, alice_again, single = (r.cache_salt for r in engine.requests)
+    assert alice and bob and single and len({alice, bob, single}) == 3 and alice_again == alice
+    assert "alice" not in alice and "bob" not in bob
+    keyed = CompletionService(Settings(cache_salt_secret="s3cret"), engine, count_tokens=lambda s: len(s) // 4 + 1,
+                              model_name="m")
+    await keyed.handle(_request(max_tokens=4), time.perf_counter(), user="alice")
+    assert engine.requests[-1].cache_salt not in (None, alice)
+
+
+async def test_a_prewarm_carries_its_users_cache_salt() -> None:
+    engine = ScriptedEngine("")
+    service = _service(engine)
+    text = "".join(f"def helper_{i}(x):\n    return x * {i}\n\n\n" for i in range(20)) + "def total(v):\n    acc = 0\n"
+    opened = json.dumps({"repository": "r", "path": "m.py", "text": text, "line": text.count("\n") - 1,
+                         "column": 8}).encode()
+    assert json.loads(await service.file_opened(opened, user="bob"))["ok"]
+    await asyncio.gather(*service._background)
+    await service.handle(_request(max_tokens=4), time.perf_counter(), user="bob")
+    prewarm, live = engine.requests
+    assert prewarm.max_tokens == 0 and prewarm.cache_salt == live.cache_salt is not None
