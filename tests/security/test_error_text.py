@@ -36,7 +36,7 @@ async def test_an_engines_failure_reaches_the_client_as_a_code_only(caplog: pyte
     caplog.set_level(logging.INFO, logger="ctxpress.worker.completion")
     error = await _reply(ScriptedEngine(fail_with=RuntimeError(DETAIL)))
     assert error == {"code": ErrorCode.INFERENCE_FAILED, "message": SERVER_SIDE_MESSAGES[ErrorCode.INFERENCE_FAILED],
-                     "details": None}  # before: "inference failed: StatusCode.INTERNAL: model at /srv/…"
+                     "details": None, "retry_after_ms": None}  # before: "inference failed: StatusCode.INTERNAL: model at /srv/…"
     assert "gpu-7.internal" in caplog.text  # the operator still reads what failed
 
 
