@@ -179,6 +179,31 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX block_notes_pending ON block_notes (repo_id, path) WHERE note IS NULL",
         ),
     ),
+    Migration(
+        9,
+        "the team console: its admins, their server-side sessions, the audit log; indexes for its usage pages",
+        (
+            # Console admins are not NATS users: they sign in to the web console only (ctxpress/console/).
+            "CREATE TABLE console_admins ("
+            " name text PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9_-]{0,63}$'),"
+            " password_hash text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+            # Only the SHA-256 of a session token is stored: a copy of the table signs nobody in.
+            "CREATE TABLE console_sessions ("
+            " token_hash text PRIMARY KEY, admin_name text NOT NULL REFERENCES console_admins(name) ON DELETE CASCADE,"
+            " csrf_token text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),"
+            " expires_at timestamptz NOT NULL)",
+            "CREATE INDEX console_sessions_expires ON console_sessions (expires_at)",
+            "CREATE TABLE audit_log ("
+            " id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now(), actor text NOT NULL,"
+            " action text NOT NULL, target text NOT NULL DEFAULT '', detail text NOT NULL DEFAULT '',"
+            " source text NOT NULL DEFAULT 'console')",
+            "CREATE INDEX audit_log_at ON audit_log (at DESC)",
+            # The usage pages read a period of telemetry: feedback by time (completion_feedback had no time index),
+            # and a member's last request without reading their whole history.
+            "CREATE INDEX completion_feedback_created_at ON completion_feedback (created_at)",
+            "CREATE INDEX completion_events_user_created ON completion_events (user_name, created_at DESC)",
+        ),
+    ),
 )
 
 
