@@ -70,29 +70,33 @@ def usage(url: str, start: datetime, by: str, bucket: timedelta) -> dict[str, An
     if by not in DIMENSIONS:
         raise ValueError(f"group by one of {', '.join(DIMENSIONS)}")
     params = {"start": start, "bucket": bucket}
+    key = DIMENSIONS[by]
+    # One statement: the period's join is computed once (MATERIALIZED) and each figure aggregates that result.
+    sql = _PERIOD.replace("), ev AS (", "), ev AS MATERIALIZED (") + f"""
+    SELECT
+      (SELECT coalesce(json_agg(g ORDER BY g.is_total DESC, g.requests DESC), '[]') FROM (
+         SELECT {key} AS key, GROUPING({key}) AS is_total, {_SUMMARY_COLUMNS}
+         FROM ev e GROUP BY ROLLUP ({key})) g) AS groups,
+      (SELECT coalesce(json_agg(t ORDER BY t.at), '[]') FROM (
+         SELECT date_bin(:bucket, created_at, :start) AS at, count(*) AS requests,
+                count(*) FILTER (WHERE shown) AS shown, count(*) FILTER (WHERE accepted) AS accepted,
+                percentile_cont(0.95) WITHIN GROUP (ORDER BY total_ms) FILTER (WHERE outcome <> 'error') AS p95_ms
+         FROM ev GROUP BY 1) t) AS timeline,
+      (SELECT coalesce(json_agg(x ORDER BY x.n DESC), '[]') FROM (
+         SELECT coalesce(error_code, '?') AS code, count(*) AS n FROM ev WHERE outcome = 'error' GROUP BY 1) x)
+         AS errors,
+      (SELECT coalesce(json_agg(s ORDER BY s.accepted DESC, s.source), '[]') FROM (
+         SELECT source, count(*) AS shown, count(*) FILTER (WHERE accepted) AS accepted
+         FROM ev, unnest(ev.sources) AS source WHERE shown GROUP BY source) s) AS sources
+    """
     with engine_for(url).connect() as conn:
-        conn.execute(text("SET LOCAL work_mem = '32MB'"))  # the period's sorts stay in memory
-        rows = conn.execute(text(
-            f"{_PERIOD} SELECT {DIMENSIONS[by]} AS key, GROUPING({DIMENSIONS[by]}) AS is_total, {_SUMMARY_COLUMNS}"
-            f" FROM ev e GROUP BY ROLLUP ({DIMENSIONS[by]}) ORDER BY is_total DESC, requests DESC"),
-            params).mappings().all()
-        timeline = conn.execute(text(
-            f"{_PERIOD} SELECT date_bin(:bucket, created_at, :start) AS at, count(*) AS requests,"
-            " count(*) FILTER (WHERE shown) AS shown, count(*) FILTER (WHERE accepted) AS accepted,"
-            " percentile_cont(0.95) WITHIN GROUP (ORDER BY total_ms) FILTER (WHERE outcome <> 'error') AS p95_ms"
-            " FROM ev GROUP BY 1 ORDER BY 1"), params).mappings().all()
-        errors = conn.execute(text(
-            "SELECT coalesce(error_code, '?') AS code, count(*) AS n FROM completion_events"
-            " WHERE created_at >= :start AND outcome = 'error' GROUP BY 1 ORDER BY 2 DESC"), params).mappings().all()
-        sources = conn.execute(text(
-            f"{_PERIOD} SELECT source, count(*) FILTER (WHERE shown) AS shown,"
-            " count(*) FILTER (WHERE accepted) AS accepted"
-            " FROM ev, unnest(ev.sources) AS source WHERE shown GROUP BY source ORDER BY accepted DESC, source"),
-            params).mappings().all()
-    total = next((dict(r) for r in rows if r["is_total"]), None)
-    return {"total": total, "groups": [dict(r) for r in rows if not r["is_total"]],
-            "timeline": [dict(r) for r in timeline], "errors": [dict(r) for r in errors],
-            "sources": [dict(r) for r in sources]}
+        conn.execute(text("SET LOCAL work_mem = '64MB'"))  # the period's sorts and hashes stay in memory
+        row = conn.execute(text(sql), params).mappings().one()
+    groups = row["groups"]
+    timeline = [{**t, "at": datetime.fromisoformat(t["at"])} for t in row["timeline"]]
+    total = next((g for g in groups if g["is_total"]), None)
+    return {"total": total, "groups": [g for g in groups if not g["is_total"]], "timeline": timeline,
+            "errors": row["errors"], "sources": row["sources"]}
 
 
 def last_seen(url: str, names: list[str]) -> dict[str, datetime]:
