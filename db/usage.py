@@ -2,101 +2,106 @@
 editor door (the console's usage page and its CSV), and each member's last request.
 
 A completion counts as shown once any feedback names it (an editor reports ``shown``, and an accepted or dismissed
-suggestion was shown too); the acceptance rate is accepted / shown. Every query reads the period through the
-``created_at`` indexes (migrations 2 and 9), never the whole table.
+suggestion was shown too); the acceptance rate is accepted / shown. The closed hours of a period come from the
+hourly rollup (``db.usage_rollup``), the rest from the raw rows through their ``created_at`` index (migrations 2
+and 9), never a scan of the whole table.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import math
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
 
+from db import usage_rollup as rollup
 from db.session import engine_for
 
-# The grouping a page may ask for, and its SQL expression: a fixed list, never the caller's text.
-DIMENSIONS = {
-    "member": "coalesce(e.user_name, '(single user)')",
-    "repository": "e.repository",
-    "language": "coalesce(e.language, '(unknown)')",
-    "door": "e.scenario",
-}
-
-# The period's events joined with their feedback (one row per completion), shared by the queries below.
-_PERIOD = """
-WITH fb AS (
-    SELECT completion_id,
-           bool_or(action = 'accepted') AS accepted,
-           coalesce(sum(chars_kept) FILTER (WHERE action = 'accepted'), 0) AS chars
-    FROM completion_feedback WHERE created_at >= :start
-    GROUP BY completion_id
-), ev AS (
-    SELECT e.*, fb.completion_id IS NOT NULL AS shown, coalesce(fb.accepted, false) AS accepted,
-           coalesce(fb.chars, 0) AS chars
-    FROM completion_events e LEFT JOIN fb ON fb.completion_id = e.request_id
-    WHERE e.created_at >= :start
-)
-"""
-
-_SUMMARY_COLUMNS = """
-    count(*) AS requests,
-    count(*) FILTER (WHERE shown) AS shown,
-    count(*) FILTER (WHERE accepted) AS accepted,
-    count(*) FILTER (WHERE accepted)::float / nullif(count(*) FILTER (WHERE shown), 0) AS acceptance_rate,
-    sum(chars) AS chars_accepted,
-    percentile_cont(0.5) WITHIN GROUP (ORDER BY total_ms) FILTER (WHERE outcome <> 'error') AS p50_ms,
-    percentile_cont(0.95) WITHIN GROUP (ORDER BY total_ms) FILTER (WHERE outcome <> 'error') AS p95_ms,
-    avg(queue_ms) AS queue_ms, avg(context_ms) AS context_ms, avg(prompt_ms) AS prompt_ms,
-    avg(decode_ms) AS decode_ms,
-    sum(cached_tokens)::float / nullif(sum(prompt_tokens), 0) AS cache_hit_share,
-    count(*) FILTER (WHERE outcome = 'error') AS errors
-"""
+# The groupings a page may ask for (their SQL is db.usage_rollup's, never the caller's text).
+DIMENSIONS = tuple(rollup.DIMENSIONS)
 
 SUMMARY_FIELDS = ("requests", "shown", "accepted", "acceptance_rate", "chars_accepted", "p50_ms", "p95_ms",
                   "queue_ms", "context_ms", "prompt_ms", "decode_ms", "cache_hit_share", "errors")
 
+_HOUR = timedelta(hours=1)
+_SUMS = ", ".join(f"sum({c}) AS {c}" for c in rollup.COLUMNS if c != "latency")
+_HISTOGRAM = "ARRAY[" + ", ".join(f"sum(latency[{i + 1}])" for i in range(rollup.BUCKETS)) + "] AS latency"
+_FIGURES = f"""{_SUMS}, {_HISTOGRAM}"""
+
 
 def period_start(since: timedelta, now: datetime | None = None) -> datetime:
-    from datetime import UTC
-
     return (now or datetime.now(UTC)) - since
+
+
+def cells_query(bucket: timedelta, rolled_until: datetime | None, start: datetime) -> tuple[str, dict[str, Any]]:
+    """The period's cells: the rolled hours from usage_hourly, the rest (the period's first partial hour, the hours
+    not rolled yet) from the raw rows through their created_at index. Bars shorter than an hour read raw rows
+    only (an hour's cell cannot be split)."""
+    first_hour = datetime.fromtimestamp(math.ceil(start.timestamp() / 3600) * 3600, UTC)
+    use_rollup = bucket % _HOUR == timedelta(0) and rolled_until is not None and rolled_until > first_hour
+    low, high = (first_hour, rolled_until) if use_rollup else (start, start)
+    cell = "interval '1 hour'" if bucket % _HOUR == timedelta(0) else "CAST(:bucket AS interval)"
+    raw = rollup.cells_sql(
+        "(SELECT * FROM completion_events WHERE created_at >= :start AND created_at < :low"
+        " UNION ALL SELECT * FROM completion_events WHERE created_at >= :high)",
+        cell, "ARRAY[:by, 'source', 'error']")
+    rolled = (f"SELECT hour AS at, dimension, key, {', '.join(rollup.COLUMNS)} FROM usage_hourly"
+              " WHERE dimension = ANY(ARRAY[:by, 'source', 'error']) AND hour >= :low AND hour < :high")
+    return f"SELECT * FROM ({raw}) raw UNION ALL {rolled}", {"start": start, "low": low, "high": high}
+
+
+def _derive(row: dict[str, Any]) -> dict[str, Any]:
+    """A summary row's rates, averages and percentiles from its sums and latency histogram."""
+
+    def ratio(a: Any, b: Any) -> float | None:
+        return None if a is None or not b else float(a) / float(b)
+
+    histogram = [int(n or 0) for n in row.pop("latency")]
+    derived = {**row, "acceptance_rate": ratio(row["accepted"], row["shown"]),
+               "p50_ms": rollup.percentile(histogram, 0.5), "p95_ms": rollup.percentile(histogram, 0.95),
+               "cache_hit_share": ratio(row["cached_tokens"], row["prompt_tokens"])}
+    for stage in ("queue", "context", "prompt", "decode"):
+        derived[f"{stage}_ms"] = ratio(row[f"{stage}_ms"], row.pop(f"{stage}_n"))
+    for name in ("requests", "shown", "accepted", "chars_accepted", "errors"):
+        derived[name] = int(row[name] or 0)
+    return derived
 
 
 def usage(url: str, start: datetime, by: str, bucket: timedelta) -> dict[str, Any]:
     """The period's figures: ``total`` (one row), ``groups`` (one row per ``by`` value, busiest first), ``timeline``
-    (per ``bucket``: requests, shown, accepted, p95), ``errors`` (per code) and ``sources`` (per context block kind:
-    in how many shown and accepted suggestions it was)."""
+    (per ``bucket``, on whole UTC hours: requests, shown, accepted, p95), ``errors`` (per code) and ``sources``
+    (per context block kind: in how many shown and accepted suggestions it was). p50/p95 are read from the latency
+    histogram (``db.usage_rollup.percentile``); everything else equals what the raw rows give."""
     if by not in DIMENSIONS:
         raise ValueError(f"group by one of {', '.join(DIMENSIONS)}")
-    params = {"start": start, "bucket": bucket}
-    key = DIMENSIONS[by]
-    # One statement: the period's join is computed once (MATERIALIZED) and each figure aggregates that result.
-    sql = _PERIOD.replace("), ev AS (", "), ev AS MATERIALIZED (") + f"""
+    with engine_for(url).begin() as conn:
+        rolled_until = rollup.refresh(conn)
+    cells, params = cells_query(bucket, rolled_until, start)
+    sql = f"""
+    WITH cells AS MATERIALIZED ({cells})
     SELECT
-      (SELECT coalesce(json_agg(g ORDER BY g.is_total DESC, g.requests DESC), '[]') FROM (
-         SELECT {key} AS key, GROUPING({key}) AS is_total, {_SUMMARY_COLUMNS}
-         FROM ev e GROUP BY ROLLUP ({key})) g) AS groups,
+      (SELECT coalesce(json_agg(g ORDER BY g.is_total DESC, g.requests DESC, g.key), '[]') FROM (
+         SELECT key, GROUPING(key) AS is_total, {_FIGURES}
+         FROM cells WHERE dimension = :by GROUP BY ROLLUP (key)) g) AS groups,
       (SELECT coalesce(json_agg(t ORDER BY t.at), '[]') FROM (
-         SELECT date_bin(:bucket, created_at, :start) AS at, count(*) AS requests,
-                count(*) FILTER (WHERE shown) AS shown, count(*) FILTER (WHERE accepted) AS accepted,
-                percentile_cont(0.95) WITHIN GROUP (ORDER BY total_ms) FILTER (WHERE outcome <> 'error') AS p95_ms
-         FROM ev GROUP BY 1) t) AS timeline,
-      (SELECT coalesce(json_agg(x ORDER BY x.n DESC), '[]') FROM (
-         SELECT coalesce(error_code, '?') AS code, count(*) AS n FROM ev WHERE outcome = 'error' GROUP BY 1) x)
-         AS errors,
+         SELECT date_bin(:bucket, at, {rollup.ORIGIN}) AS at, {_FIGURES}
+         FROM cells WHERE dimension = :by GROUP BY 1) t) AS timeline,
+      (SELECT coalesce(json_agg(x ORDER BY x.n DESC, x.code), '[]') FROM (
+         SELECT key AS code, sum(requests) AS n FROM cells WHERE dimension = 'error' GROUP BY key) x) AS errors,
       (SELECT coalesce(json_agg(s ORDER BY s.accepted DESC, s.source), '[]') FROM (
-         SELECT source, count(*) AS shown, count(*) FILTER (WHERE accepted) AS accepted
-         FROM ev, unnest(ev.sources) AS source WHERE shown GROUP BY source) s) AS sources
+         SELECT key AS source, sum(shown) AS shown, sum(accepted) AS accepted
+         FROM cells WHERE dimension = 'source' GROUP BY key HAVING sum(shown) > 0) s) AS sources
     """
     with engine_for(url).connect() as conn:
-        conn.execute(text("SET LOCAL work_mem = '64MB'"))  # the period's sorts and hashes stay in memory
-        row = conn.execute(text(sql), params).mappings().one()
-    groups = row["groups"]
-    timeline = [{**t, "at": datetime.fromisoformat(t["at"])} for t in row["timeline"]]
+        row = conn.execute(text(sql), {**params, "by": by, "bucket": bucket}).mappings().one()
+    groups = [_derive(g) for g in row["groups"]]
+    timeline = [{**_derive(t), "at": datetime.fromisoformat(t["at"])} for t in row["timeline"]]
     total = next((g for g in groups if g["is_total"]), None)
     return {"total": total, "groups": [g for g in groups if not g["is_total"]], "timeline": timeline,
-            "errors": row["errors"], "sources": row["sources"]}
+            "errors": [{"code": e["code"], "n": int(e["n"])} for e in row["errors"]],
+            "sources": [{"source": s["source"], "shown": int(s["shown"]), "accepted": int(s["accepted"])}
+                        for s in row["sources"]]}
 
 
 def last_seen(url: str, names: list[str]) -> dict[str, datetime]:
