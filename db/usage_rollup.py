@@ -27,12 +27,12 @@ SETTLE = timedelta(minutes=5)
 ORIGIN = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"  # cells and chart bars start on whole UTC hours, in any time zone
 _LOCK_KEY = 0x75736167  # "usag": one roller at a time
 
-# The latency histogram's bucket edges (ms): 5 ms wide up to 50 ms, then at most 20 % of the value. Bucket 0 is
-# below the first edge, bucket i is [edge i-1, edge i), the last is the first edge and above. Changing them needs a
-# migration that empties usage_hourly and usage_rollup_state (the stored histograms use these edges).
+# The latency histogram's bucket edges (ms): 5 ms wide up to 50 ms, then at most 20 % of the value up to 6.4 s.
+# Bucket 0 is below the first edge, bucket i is [edge i-1, edge i), the last is the last edge and above. Changing
+# them needs a migration that empties usage_hourly and usage_rollup_state (the stored histograms use these edges).
 LATENCY_BOUNDS_MS: tuple[float, ...] = (
     *range(5, 50, 5), *range(50, 100, 10), *range(100, 200, 20), *range(200, 400, 40), *range(400, 800, 80),
-    *range(800, 1600, 160), *range(1600, 3200, 400), *range(3200, 6400, 800),
+    *range(800, 1600, 160), 1600, 1900, 2200, 2500, 2800, 3200, 3800, 4400, 5000, 5600,
     6400, 8000, 10000, 12000, 15000, 20000, 30000, 60000)
 BUCKETS = len(LATENCY_BOUNDS_MS) + 1
 
