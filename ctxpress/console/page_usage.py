@@ -29,6 +29,17 @@ def pct(value: Any) -> str:
     return "–" if value is None else f"{float(value):.1%}"
 
 
+# What makes a spreadsheet read a cell as a formula (OWASP's CSV injection list): the keys are the clients' text
+# (a language, a repository name), so a download must not run what a client wrote.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_text(value: Any) -> str:
+    """A CSV cell of text that a spreadsheet shows as text: a leading apostrophe before a formula's first sign."""
+    cell = str(value)
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
+
+
 def choice(request: web.Request) -> tuple[str, str]:
     """The period and grouping asked for; a value not offered is refused with what is."""
     period = request.query.get("period", DEFAULT_PERIOD)
@@ -66,10 +77,7 @@ async def usage_csv(request: web.Request) -> web.Response:
     writer = csv.writer(out)
     writer.writerow([by, *usage.SUMMARY_FIELDS])
     for row in figures["groups"]:
-        # a cell that a spreadsheet would read as a formula is quoted with a leading apostrophe
-        key = str(row["key"])
-        writer.writerow(["'" + key if key[:1] in ("=", "+", "-", "@") else key,
-                         *(row[f] for f in usage.SUMMARY_FIELDS)])
+        writer.writerow([spreadsheet_text(row["key"]), *(row[f] for f in usage.SUMMARY_FIELDS)])
     return web.Response(text=out.getvalue(), content_type="text/csv", headers={
         "Content-Disposition": f'attachment; filename="ctxpress-usage-{by}-{period}.csv"'})
 
