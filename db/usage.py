@@ -25,30 +25,48 @@ SUMMARY_FIELDS = ("requests", "shown", "accepted", "acceptance_rate", "chars_acc
                   "queue_ms", "context_ms", "prompt_ms", "decode_ms", "cache_hit_share", "errors")
 
 _HOUR = timedelta(hours=1)
-_SUMS = ", ".join(f"sum({c}) AS {c}" for c in rollup.COLUMNS if c != "latency")
-_HISTOGRAM = "ARRAY[" + ", ".join(f"sum(latency[{i + 1}])" for i in range(rollup.BUCKETS)) + "] AS latency"
-_FIGURES = f"""{_SUMS}, {_HISTOGRAM}"""
+_DAY = timedelta(days=1)
 
 
 def period_start(since: timedelta, now: datetime | None = None) -> datetime:
     return (now or datetime.now(UTC)) - since
 
 
+def _ceil(at: datetime, step: timedelta) -> datetime:
+    return datetime.fromtimestamp(math.ceil(at.timestamp() / step.total_seconds()) * step.total_seconds(), UTC)
+
+
 def cells_query(bucket: timedelta, rolled_until: datetime | None, start: datetime) -> tuple[str, dict[str, Any]]:
-    """The period's cells: the rolled hours from usage_hourly, the rest (the period's first partial hour, the hours
-    not rolled yet) from the raw rows through their created_at index. Bars shorter than an hour read raw rows
-    only (an hour's cell cannot be split)."""
-    first_hour = datetime.fromtimestamp(math.ceil(start.timestamp() / 3600) * 3600, UTC)
-    use_rollup = bucket % _HOUR == timedelta(0) and rolled_until is not None and rolled_until > first_hour
+    """The period's cells, as common table expressions: ``cells`` (for the groups, sources and errors: the whole
+    rolled days from usage_daily, the other rolled hours from usage_hourly) and ``bars`` (editor doors per hour,
+    for the chart), both with the rest of the period (its first partial hour, the hours not rolled yet) from the
+    raw rows through their created_at index. Bars shorter than an hour read raw rows only (an hour's cell cannot be
+    split)."""
+    hourly = bucket % _HOUR == timedelta(0)
+    first_hour = _ceil(start, _HOUR)
+    use_rollup = hourly and rolled_until is not None and rolled_until > first_hour
     low, high = (first_hour, rolled_until) if use_rollup else (start, start)
-    cell = "interval '1 hour'" if bucket % _HOUR == timedelta(0) else "CAST(:bucket AS interval)"
+    first_day, last_day = _ceil(low, _DAY), datetime.fromtimestamp(high.timestamp() // 86400 * 86400, UTC)
+    if last_day <= first_day:
+        first_day = last_day = high  # no whole day: every rolled hour from usage_hourly
+    columns = ", ".join(rollup.COLUMNS)
     raw = rollup.cells_sql(
         "(SELECT * FROM completion_events WHERE created_at >= :start AND created_at < :low"
         " UNION ALL SELECT * FROM completion_events WHERE created_at >= :high)",
-        cell, "ARRAY[:by, 'source', 'error']")
-    rolled = (f"SELECT hour AS at, dimension, key, {', '.join(rollup.COLUMNS)} FROM usage_hourly"
-              " WHERE dimension = ANY(ARRAY[:by, 'source', 'error']) AND hour >= :low AND hour < :high")
-    return f"SELECT * FROM ({raw}) raw UNION ALL {rolled}", {"start": start, "low": low, "high": high}
+        "interval '1 hour'" if hourly else "CAST(:bucket AS interval)", "ARRAY[:by, 'door', 'source', 'error']")
+    ctes = f"""raw AS MATERIALIZED ({raw}),
+    cells AS MATERIALIZED (
+        SELECT * FROM raw
+        UNION ALL SELECT day, dimension, key, {columns} FROM usage_daily
+          WHERE dimension = ANY(ARRAY[:by, 'source', 'error']) AND day >= :first_day AND day < :last_day
+        UNION ALL SELECT hour, dimension, key, {columns} FROM usage_hourly
+          WHERE dimension = ANY(ARRAY[:by, 'source', 'error'])
+          AND (hour >= :low AND hour < :first_day OR hour >= :last_day AND hour < :high)),
+    bars AS MATERIALIZED (
+        SELECT * FROM raw WHERE dimension = 'door'
+        UNION ALL SELECT hour, dimension, key, {columns} FROM usage_hourly
+          WHERE dimension = 'door' AND hour >= :low AND hour < :high)"""
+    return ctes, {"start": start, "low": low, "high": high, "first_day": first_day, "last_day": last_day}
 
 
 def _derive(row: dict[str, Any]) -> dict[str, Any]:
@@ -77,16 +95,16 @@ def usage(url: str, start: datetime, by: str, bucket: timedelta) -> dict[str, An
         raise ValueError(f"group by one of {', '.join(DIMENSIONS)}")
     with engine_for(url).begin() as conn:
         rolled_until = rollup.refresh(conn)
-    cells, params = cells_query(bucket, rolled_until, start)
+    ctes, params = cells_query(bucket, rolled_until, start)
+    # Every dimension splits the same completions: the bars add up the one with the fewest keys (editor doors).
     sql = f"""
-    WITH cells AS MATERIALIZED ({cells})
+    WITH {ctes}
     SELECT
       (SELECT coalesce(json_agg(g ORDER BY g.is_total DESC, g.requests DESC, g.key), '[]') FROM (
-         SELECT key, GROUPING(key) AS is_total, {_FIGURES}
+         SELECT key, GROUPING(key) AS is_total, {rollup.SUMS}
          FROM cells WHERE dimension = :by GROUP BY ROLLUP (key)) g) AS groups,
       (SELECT coalesce(json_agg(t ORDER BY t.at), '[]') FROM (
-         SELECT date_bin(:bucket, at, {rollup.ORIGIN}) AS at, {_FIGURES}
-         FROM cells WHERE dimension = :by GROUP BY 1) t) AS timeline,
+         SELECT date_bin(:bucket, at, {rollup.ORIGIN}) AS at, {rollup.SUMS} FROM bars GROUP BY 1) t) AS timeline,
       (SELECT coalesce(json_agg(x ORDER BY x.n DESC, x.code), '[]') FROM (
          SELECT key AS code, sum(requests) AS n FROM cells WHERE dimension = 'error' GROUP BY key) x) AS errors,
       (SELECT coalesce(json_agg(s ORDER BY s.accepted DESC, s.source), '[]') FROM (

@@ -1,5 +1,6 @@
-"""The usage pages' hourly rollup (``usage_hourly``, migration 9): the telemetry of each closed hour summed once, so
-a month's page reads a few thousand rows instead of every completion.
+"""The usage pages' rollup (``usage_hourly`` and ``usage_daily``, migration 9): the telemetry of each closed hour
+summed once, and each whole day's hours summed again, so a month's page reads a few thousand rows instead of every
+completion.
 
 A cell is one hour × one value of one dimension (member, repository, language, editor door; and, for the pages'
 side tables, context source and error code): requests, shown, accepted, characters accepted, errors, the sums and
@@ -11,7 +12,8 @@ An hour is rolled once it has been over for ``SETTLE`` (an event's ``created_at`
 closed hour gains no rows after that unless a telemetry write stays open that long). Feedback may come later than
 its completion's hour: each refresh re-rolls the hours whose completions got feedback since the last refresh.
 Rolling is idempotent (an hour's cells are deleted and written again in one transaction) and serialized by an
-advisory lock: whoever holds it rolls, the others read the raw rows of what is not rolled yet.
+advisory lock: whoever holds it rolls, the others read the raw rows of what is not rolled yet. A day's cells are
+made again from its hours whenever one of them is (re)rolled, once the whole day is rolled.
 """
 
 from __future__ import annotations
@@ -113,6 +115,10 @@ def cells_sql(events: str, cell: str, dimensions: str) -> str:
     FROM keyed WHERE dimension = ANY({dimensions}) GROUP BY at, dimension, key"""
 
 
+# The sums of cells (their latency histograms element by element): to read a period, and to make a day's cells.
+SUMS = (", ".join(f"sum({c}) AS {c}" for c in _COUNTERS) + ", ARRAY["
+        + ", ".join(f"sum(latency[{i + 1}])" for i in range(BUCKETS)) + "]::integer[] AS latency")
+
 _ALL = "ARRAY['member', 'repository', 'language', 'door', 'source', 'error']"
 _INSERT = f"INSERT INTO usage_hourly (hour, dimension, key, {', '.join(COLUMNS)}) "
 
@@ -151,6 +157,24 @@ def refresh(conn: Connection) -> datetime | None:
             "(SELECT * FROM completion_events WHERE created_at >= :lo AND created_at < :hi)",
             "interval '1 hour'", _ALL)), {"lo": low, "hi": horizon})
         rolled_until = horizon
+    _roll_days(conn, stale, low, horizon)
     conn.execute(text("UPDATE usage_rollup_state SET rolled_until = :r, feedback_seen = :f"),
                  {"r": rolled_until, "f": now})
     return rolled_until
+
+
+def _roll_days(conn: Connection, stale: list[datetime], low: datetime, horizon: datetime) -> None:
+    """(Re)make the daily cells of each whole day rolled by now whose hours were (re)rolled in this refresh."""
+    days = [d for (d,) in conn.execute(text(
+        f"SELECT DISTINCT date_bin('1 day', hour, {ORIGIN}) AS d FROM usage_hourly WHERE dimension = 'door'"
+        f" AND (hour >= date_bin('1 day', CAST(:lo AS timestamptz), {ORIGIN}) OR hour = ANY(:stale))"
+        " AND hour < :hi"), {"lo": max(low, horizon - timedelta(days=3660)), "stale": stale, "hi": horizon})
+        if d + timedelta(days=1) <= horizon]
+    if not days:
+        return
+    conn.execute(text(f"DELETE FROM usage_daily WHERE dimension = ANY({_ALL}) AND day = ANY(:d)"), {"d": days})
+    conn.execute(text(
+        f"INSERT INTO usage_daily (day, dimension, key, {', '.join(COLUMNS)})"
+        f" SELECT d.day, c.dimension, c.key, {SUMS} FROM unnest(CAST(:d AS timestamptz[])) AS d(day)"
+        " JOIN usage_hourly c ON c.dimension = ANY(" + _ALL + ") AND c.hour >= d.day"
+        " AND c.hour < d.day + interval '1 day' GROUP BY d.day, c.dimension, c.key"), {"d": days})

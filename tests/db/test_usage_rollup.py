@@ -22,16 +22,16 @@ from tests.team_services import embedded_postgres
 pytestmark = pytest.mark.services
 
 NOW = datetime.now(UTC)
-START = NOW - timedelta(hours=24)
+START = NOW - timedelta(hours=72)  # two whole UTC days at least, read from usage_daily
 KEYS = {"member": lambda e: e["user_name"] or "(single user)", "repository": lambda e: e["repository"],
         "language": lambda e: e["language"] or "(unknown)", "door": lambda e: e["scenario"]}
 
 
 def seeded_events(rng: random.Random) -> list[dict[str, Any]]:
-    """30 hours of completions, some in the open hour; errors, unknown languages, the single user, missing
+    """80 hours of completions, some in the open hour; errors, unknown languages, the single user, missing
     timings, latencies in the histogram's open bucket."""
     events = []
-    ages = [rng.uniform(0, 30 * 3600) for _ in range(900)] + [rng.uniform(0, 120) for _ in range(30)]
+    ages = [rng.uniform(0, 80 * 3600) for _ in range(1500)] + [rng.uniform(0, 120) for _ in range(30)]
     for i, age in enumerate(ages):
         error = i % 17 == 0
         events.append({
@@ -143,9 +143,10 @@ def test_rolled_up_figures_equal_the_raw_rows(seeded: tuple[str, list[Any], list
     figures = usage.usage(url, START, by, timedelta(hours=1))
     with engine_for(url).connect() as conn:
         rolled_until = conn.execute(text("SELECT rolled_until FROM usage_rollup_state")).scalar_one()
-        cells = conn.execute(text("SELECT count(*) FROM usage_hourly WHERE hour >= :s"), {"s": START}).scalar_one()
+        days = conn.execute(text("SELECT count(DISTINCT day) FROM usage_daily WHERE day >= :s"),
+                            {"s": START}).scalar_one()
     assert rolled_until > NOW - timedelta(hours=2)  # the period is read mostly from the rollup
-    assert cells > 0
+    assert days >= 2
     check(figures, expected(events, feedback, KEYS[by]))
     # the same period from the raw rows alone (bars shorter than an hour cannot use the rollup): the same figures
     raw = usage.usage(url, START, by, timedelta(minutes=30))
@@ -182,7 +183,7 @@ def test_late_feedback_re_rolls_its_hour_and_rolling_again_changes_nothing(
     url, events, feedback = seeded
     usage.usage(url, START, "member", timedelta(hours=1))
     decided = {f["completion_id"] for f in feedback}
-    old = next(e for e in events if START + timedelta(hours=1) < e["created_at"] < NOW - timedelta(hours=3)
+    old = next(e for e in events if START + timedelta(hours=1) < e["created_at"] < NOW - timedelta(hours=50)
                and e["outcome"] != "error" and e["request_id"] not in decided)
     late = [{"created_at": datetime.now(UTC), "completion_id": old["request_id"], "action": "accepted",
              "chars_kept": 33}]
@@ -190,9 +191,11 @@ def test_late_feedback_re_rolls_its_hour_and_rolling_again_changes_nothing(
     feedback.extend(late)  # the module's other tests see the same rows as the database
     check(usage.usage(url, START, "member", timedelta(hours=1)), expected(events, feedback, KEYS["member"]))
     with engine_for(url).begin() as conn:
-        before = conn.execute(text("SELECT count(*), sum(requests) FROM usage_hourly")).one()
+        before = [conn.execute(text(f"SELECT count(*), sum(requests) FROM usage_{span}")).one()
+                  for span in ("hourly", "daily")]
         # as if the state had been lost: every hour is rolled again, nothing counted twice
         conn.execute(text("UPDATE usage_rollup_state SET rolled_until = NULL, feedback_seen = NULL"))
         refresh(conn)
-        assert conn.execute(text("SELECT count(*), sum(requests) FROM usage_hourly")).one() == before
+        assert [conn.execute(text(f"SELECT count(*), sum(requests) FROM usage_{span}")).one()
+                for span in ("hourly", "daily")] == before
     check(usage.usage(url, START, "member", timedelta(hours=1)), expected(events, feedback, KEYS["member"]))
