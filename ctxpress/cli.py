@@ -135,6 +135,12 @@ def _cmd_serve_http(args: argparse.Namespace, settings: Settings) -> int:
     return serve(settings, args.host, args.port)
 
 
+def _cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+    from ctxpress.console.app import serve
+
+    return serve(settings, args.host, args.port)
+
+
 def _explain(argv: list[str]) -> int:
     from ctxpress.explain import main as explain
     from ctxpress.explain import model_token_counter
@@ -186,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve_http.add_argument("--host", help="address to listen on (default CTXPRESS_HTTP_HOST, else CTXPRESS_BIND_HOST)")
     serve_http.add_argument("--port", type=int, help="default CTXPRESS_HTTP_PORT (8012, llama.vscode's default)")
     serve_http.set_defaults(func=_cmd_serve_http)
+
+    console = sub.add_parser("console", help="the team console: members, repositories, usage, in a browser "
+                             "(`ctxpress up` starts it in team mode)")
+    console.add_argument("--host", help="address to listen on (default CTXPRESS_CONSOLE_HOST, 127.0.0.1); beyond "
+                                        "loopback it serves HTTPS with the team's certificate")
+    console.add_argument("--port", type=int, help="default CTXPRESS_CONSOLE_PORT (8090)")
+    console.set_defaults(func=_cmd_console)
 
     worker = sub.add_parser("worker", help="run one worker in the foreground (what a container runs)")
     worker.add_argument("kind", choices=["completion", "index"])

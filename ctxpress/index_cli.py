@@ -118,34 +118,20 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
-    import numpy as np
     from sqlalchemy.exc import OperationalError
-    from sqlalchemy.orm import Session
 
-    from ctxpress_core.errors import EmbeddingError
-    from db.chunk_search import search_chunks
-    from db.session import engine_for
-    from indexer.chunks import identifier_words
-    from indexer.embeddings import TritonEmbedder
+    from ctxpress.search import search
 
     query = " ".join(args.query).strip()
     if not query:
         return _fail("empty query", 2)
-    embedder = TritonEmbedder(settings.effective_triton_url())
-    started = time.perf_counter()
     try:
-        vector: np.ndarray | None = embedder.embed([query])[0]
-    except EmbeddingError as exc:
-        print(f"warning: {exc}; lexical search only", file=sys.stderr)
-        vector = None
-    finally:
-        embedder.close()
-    try:
-        with Session(engine_for(settings.effective_database_url())) as session, session.begin():
-            hits = search_chunks(session, args.repo, query_vector=vector, words=identifier_words(query), k=args.k)
+        result = search(settings, args.repo, query, args.k)
     except OperationalError as exc:
         return _fail(f"database unavailable: {exc.orig or exc}")
-    ms = (time.perf_counter() - started) * 1000
+    if result.warning:
+        print(f"warning: {result.warning}", file=sys.stderr)
+    hits, ms = result.hits, result.ms
     if args.json:
         print(json.dumps({"query": query, "repositories": args.repo, "ms": round(ms, 1), "results": [
             {"repository": h.repository, "path": h.path, "symbol": h.symbol, "kind": h.kind, "language": h.language,

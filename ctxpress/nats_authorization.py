@@ -13,6 +13,7 @@ from typing import Any
 from ctxpress_core.identity import (
     AUTHORIZATION_FILE,
     COMPLETION_KINDS,
+    CONSOLE_USER,
     GATEWAY_USER,
     INDEXER_USER,
     RESERVED_NAMES,
@@ -30,7 +31,13 @@ from ctxpress_core.identity import (
 )
 from ctxpress_core.private_files import write_private_file
 from ctxpress_core.settings import Settings
-from ctxpress_core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED, SUBJECT_INDEX_DEAD
+from ctxpress_core.wire.v1 import (
+    SUBJECT_CANCEL,
+    SUBJECT_FILE_OPENED,
+    SUBJECT_FILE_SAVED,
+    SUBJECT_INDEX_DEAD,
+    SUBJECT_INDEX_GIT,
+)
 from indexer.stream import dead_letter_stream
 
 
@@ -106,6 +113,20 @@ def indexer_permissions(settings: Settings) -> dict[str, Any]:
     }
 
 
+def console_permissions(settings: Settings) -> dict[str, Any]:
+    """The console's: the index stream's state and its dead letters (read, deleted), and a retried event published
+    again on the subject it first came on, so the index worker checks the same user's grants as the first time."""
+    stream, consumer, dead = settings.index_stream, settings.index_consumer, dead_letter_stream(settings)
+    api = "$JS.API"
+    return {
+        "publish": {"allow": [f"{api}.STREAM.INFO.{stream}", f"{api}.CONSUMER.INFO.{stream}.{consumer}",
+                              f"{api}.STREAM.INFO.{dead}", f"{api}.STREAM.MSG.GET.{dead}",
+                              f"{api}.STREAM.MSG.DELETE.{dead}", SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED,
+                              user_subject("*", "index_git"), user_subject("*", "file_saved")]},
+        "subscribe": {"allow": [f"{inbox_prefix(CONSOLE_USER)}.>"]},
+    }
+
+
 def render_authorization(settings: Settings, users: Iterable[TeamUser], services: dict[str, NatsCredentials]) -> str:
     """The ``authorization`` block nats-server includes (its config syntax accepts JSON values)."""
     entries: list[dict[str, Any]] = [
@@ -115,6 +136,8 @@ def render_authorization(settings: Settings, users: Iterable[TeamUser], services
          "permissions": indexer_permissions(settings)},
         {"user": GATEWAY_USER, "password": bcrypt_hash(services[GATEWAY_USER].password, SERVICE_BCRYPT_ROUNDS),
          "permissions": gateway_permissions(settings)},
+        {"user": CONSOLE_USER, "password": bcrypt_hash(services[CONSOLE_USER].password, SERVICE_BCRYPT_ROUNDS),
+         "permissions": console_permissions(settings)},
     ]
     for user in sorted(users, key=lambda u: u.name):
         if user.name in RESERVED_NAMES:

@@ -22,13 +22,12 @@ def _fail(message: str, code: int = 1) -> int:
 
 
 def _repositories(value: str) -> list[str]:
-    repositories = [r.strip() for r in value.split(",") if r.strip()]
-    if not repositories:
-        raise argparse.ArgumentTypeError("give at least one repository name")
-    too_long = [r for r in repositories if len(r) > 256]
-    if too_long:
-        raise argparse.ArgumentTypeError(f"repository names are at most 256 characters: {too_long[0][:40]}…")
-    return repositories
+    from ctxpress.members import repositories
+
+    try:
+        return repositories(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _emit(text: str, out: Path | None, what: str) -> None:
@@ -42,24 +41,21 @@ def _emit(text: str, out: Path | None, what: str) -> None:
         print(f"wrote {what} to {out} (mode 0600)", file=sys.stderr)
 
 
-def _emit_credentials(settings: Settings, args: argparse.Namespace, name: str, password: str) -> None:
-    from ctxpress_core import identity
-
-    credentials = identity.NatsCredentials(args.url or identity.public_nats_url(settings), name, password,
-                                           identity.client_ca(settings))
-    _emit(identity.credentials_text(credentials), args.out, f"the credentials of {name}")
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError
 
-    from ctxpress import team
-    from ctxpress.rotation import rotate_bridge_tokens
+    from ctxpress import members
     from ctxpress_core import identity
     from db import team as store
+    from db.console import AdminExists
     from db.migrations import migrate
 
     url = settings.effective_database_url()
+    actor = members.Actor.shell()
     if not identity.team_mode(settings) and args.action in ("add", "remove", "sync"):
         print("note: team mode is off (set CTXPRESS_TEAM=true and restart with `ctxpress up`): until then the "
               "appliance serves whoever reaches it on loopback, and these users are not asked to log in",
@@ -68,40 +64,26 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
         migrate(url)  # the tables exist even before the first `ctxpress up` against this database
         if args.action in ("add", "hooks"):
             kind = identity.USER_KIND_HOOKS if args.action == "hooks" else identity.USER_KIND_DEVELOPER
-            name = identity.validate_name(args.name)
-            if name in identity.RESERVED_NAMES:
-                return _fail(f"{name!r} is reserved for the appliance's own services", 2)
-            password = identity.new_password()
-            store.add_user(url, name, identity.bcrypt_hash(password, identity.DEVELOPER_BCRYPT_ROUNDS), args.repos,
-                           kind)
-            team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
-            _emit_credentials(settings, args, name, password)
+            text = members.add(settings, actor, args.name, args.repos, kind, args.url, _stderr)
+            _emit(text, args.out, f"the credentials of {args.name}")
             reader = ("`ctxpress hooks install` reads the file through CTXPRESS_NATS_CREDENTIALS; its hooks index "
                       "only these repositories" if kind == identity.USER_KIND_HOOKS
                       else "the editor reads the file through CTXPRESS_NATS_CREDENTIALS")
-            print(f"added {kind} user {name} with {', '.join(args.repos)}; {reader} (the password is not stored "
+            print(f"added {kind} user {args.name} with {', '.join(args.repos)}; {reader} (the password is not stored "
                   "anywhere else)", file=sys.stderr)
         elif args.action == "rotate":
-            password = identity.new_password()
-            store.set_password(url, args.name, identity.bcrypt_hash(password, identity.DEVELOPER_BCRYPT_ROUNDS))
-            team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
-            _emit_credentials(settings, args, args.name, password)
+            text = members.rotate(settings, actor, args.name, args.url, _stderr, args.out)
+            _emit(text, args.out, f"the credentials of {args.name}")
             print(f"new password for {args.name}: the old one no longer logs in; hand over the new file",
                   file=sys.stderr)
-            for path in rotate_bridge_tokens(settings, args.name, args.out):
-                print(f"new bridge token in {path}: restart the bridge that speaks for {args.name} (it reads the "
-                      "token when it starts) and give their editor the new one", file=sys.stderr)
         elif args.action == "grant":
-            store.grant(url, args.name, args.repos)
+            members.grant(settings, actor, args.name, args.repos)
             print(f"{args.name} may now use {', '.join(args.repos)}")
         elif args.action == "revoke":
-            removed = store.revoke(url, args.name, args.repos)
+            removed = members.revoke(settings, actor, args.name, args.repos)
             print(f"revoked {removed} grant(s) of {args.name}; the workers stop serving them within 2 s")
         elif args.action == "remove":
-            saved = store.remove_user(url, args.name)
-            team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
-            # the workers key a user's engine cache by account (db.team.grants_of): a user added again under this
-            # name never reads the old one's, which ages out of the disk tier like any unused file
+            saved = members.remove(settings, actor, args.name, _stderr)
             print(f"removed {args.name}, their grants and their {saved} saved file(s); their connections are closed")
         elif args.action == "list":
             rows = store.list_users(url)
@@ -113,11 +95,20 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
                     print(f"  {r.name:<20} {r.kind:<10} {', '.join(r.repositories) or '(no repositories)'}")
                 print(f"{len(rows)} user(s); service credentials in {identity.team_dir(settings)}", file=sys.stderr)
         elif args.action == "sync":
-            path = team.sync_authorization(settings, lambda line: print(line, file=sys.stderr))
-            print(f"wrote {path}")
+            print(f"wrote {members.sync(settings, _stderr)}")
+        elif args.action == "admin":
+            from ctxpress.console.admins import make_admin
+
+            password = make_admin(settings, actor, args.name, sys.stdin.readline().rstrip("\n")
+                                  if args.password_stdin else None, reset=args.reset)
+            if password is not None:
+                print(password)
+            print(f"console admin {args.name} {'has a new password' if args.reset else 'added'}"
+                  f"{'; the password above is shown once' if password is not None else ''}; sign in at "
+                  f"{settings.console_url()}", file=sys.stderr)
     except OperationalError as exc:
         return _fail(f"database unavailable ({exc.orig or exc}); is `ctxpress up` running?")
-    except (store.UnknownUser, store.UserExists, ValueError) as exc:
+    except (store.UnknownUser, store.UserExists, AdminExists, ValueError) as exc:
         return _fail(str(exc), 2)
     except identity.TeamConfigError as exc:
         return _fail(str(exc))
@@ -148,6 +139,10 @@ def register(subparsers: Any) -> None:
     listing = sub.add_parser("list", help="developers and their repositories")
     listing.add_argument("--json", action="store_true")
     sub.add_parser("sync", help="rewrite the NATS authorization block from PostgreSQL and reload NATS")
+    admin = sub.add_parser("admin", help="a team console admin (`ctxpress console`); prints a generated password once")
+    admin.add_argument("name")
+    admin.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
+    admin.add_argument("--reset", action="store_true", help="a new password for an existing admin (signs them out)")
     for cmd in sub.choices.values():
         cmd.set_defaults(func=_cmd_users)
 

@@ -38,10 +38,13 @@ INDEXER_USER = "indexer"  # the index worker: the index stream through JetStream
 # The gateway of a sharded team: reads the editors' requests and forwards each, with its user in the subject, to the
 # shard that holds the file (``shard_user_subject``); nobody else may publish there, so a shard trusts that user.
 GATEWAY_USER = "gateway"
+# The team console (ctxpress/console/): the index stream's dead letters (read, retried on their own subject, discarded)
+# and the index stream's state; no completion subject, no other JetStream call.
+CONSOLE_USER = "console"
 # The name of an unscoped hooks credential that older appliances issued; no longer issued or accepted (git
 # hooks publish as a developer, or as a hooks user scoped to its granted repositories), and never a user's name.
 HOOKS_USER = "hooks"
-SERVICE_USERS = (WORKER_USER, INDEXER_USER, GATEWAY_USER)
+SERVICE_USERS = (WORKER_USER, INDEXER_USER, GATEWAY_USER, CONSOLE_USER)
 RESERVED_NAMES = (*SERVICE_USERS, HOOKS_USER)
 # What a team user is: a developer (their editor and their git hooks), or git hooks alone (a CI runner, a
 # server's checkout) whose index events reach only the repositories it is granted.

@@ -185,6 +185,15 @@ class Settings(BaseSettings):
     supervisor_hang_s: float = 20.0
     supervisor_hang_checks: int = 5
 
+    # The team console (`ctxpress console`, ctxpress/console/): a web page for the team's lead, started by `ctxpress
+    # up` in team mode. Loopback by default; bound beyond it, it serves HTTPS with the team's certificate.
+    console_host: str = "127.0.0.1"
+    console_port: int = 8090  # 0: `ctxpress up` does not start it
+    console_session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    # Sign-in attempts that fail for one name from one address within the window before that pair must wait.
+    console_login_failures: int = Field(default=5, ge=1)
+    console_login_window_s: float = Field(default=300.0, gt=0)
+
     @model_validator(mode="after")
     def _model_named_after_its_file(self) -> Settings:
         """Replies and the engine's cache keys name the model that runs: the packaged one's name would be wrong
@@ -233,6 +242,14 @@ class Settings(BaseSettings):
 
     def metrics_url(self) -> str:
         return f"http://{self.metrics_bind_host}:{self.triton_metrics_port}/metrics"
+
+    def console_tls(self) -> bool:
+        """HTTPS once the console is reachable beyond this machine (the team's certificate, ctxpress_core/tls.py)."""
+        return self.console_host not in ("127.0.0.1", "localhost", "::1")
+
+    def console_url(self) -> str:
+        host = self.console_host if ":" not in self.console_host else f"[{self.console_host}]"
+        return f"{'https' if self.console_tls() else 'http'}://{host}:{self.console_port}/"
 
 
 def nats_servers(url: str) -> list[str]:

@@ -179,6 +179,49 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX block_notes_pending ON block_notes (repo_id, path) WHERE note IS NULL",
         ),
     ),
+    Migration(
+        9,
+        "the team console: its admins, their server-side sessions, the audit log; indexes for its usage pages",
+        (
+            # Console admins are not NATS users: they sign in to the web console only (ctxpress/console/).
+            "CREATE TABLE console_admins ("
+            " name text PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9_-]{0,63}$'),"
+            " password_hash text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
+            # Only the SHA-256 of a session token is stored: a copy of the table signs nobody in.
+            "CREATE TABLE console_sessions ("
+            " token_hash text PRIMARY KEY, admin_name text NOT NULL REFERENCES console_admins(name) ON DELETE CASCADE,"
+            " csrf_token text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),"
+            " expires_at timestamptz NOT NULL)",
+            "CREATE INDEX console_sessions_expires ON console_sessions (expires_at)",
+            "CREATE TABLE audit_log ("
+            " id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now(), actor text NOT NULL,"
+            " action text NOT NULL, target text NOT NULL DEFAULT '', detail text NOT NULL DEFAULT '',"
+            " source text NOT NULL DEFAULT 'console')",
+            "CREATE INDEX audit_log_at ON audit_log (at DESC)",
+            # The usage pages read a period of telemetry: feedback by time (completion_feedback had no time index),
+            # and a member's last request without reading their whole history.
+            "CREATE INDEX completion_feedback_created_at ON completion_feedback (created_at)",
+            "CREATE INDEX completion_events_user_created ON completion_events (user_name, created_at DESC)",
+            # The usage pages' rollup (db/usage_rollup.py): per closed hour and per value of a dimension
+            # (member, repository, language, door, source, error), the sums a page adds up and a latency
+            # histogram over fixed buckets; the state says up to when hours are rolled and feedback was seen.
+            "CREATE TABLE usage_hourly ("
+            " hour timestamptz NOT NULL, dimension text NOT NULL, key text NOT NULL,"
+            " requests integer NOT NULL, shown integer NOT NULL, accepted integer NOT NULL,"
+            " chars_accepted bigint NOT NULL, errors integer NOT NULL,"
+            " queue_ms double precision, queue_n integer NOT NULL, context_ms double precision,"
+            " context_n integer NOT NULL, prompt_ms double precision, prompt_n integer NOT NULL,"
+            " decode_ms double precision, decode_n integer NOT NULL, prompt_tokens bigint, cached_tokens bigint,"
+            " latency integer[] NOT NULL, PRIMARY KEY (dimension, hour, key))",
+            # The same cells per whole UTC day, summed from the hours once a day is rolled: a month by member is
+            # 1,500 cells, not 36,000.
+            "CREATE TABLE usage_daily (LIKE usage_hourly INCLUDING ALL)",
+            "ALTER TABLE usage_daily RENAME COLUMN hour TO day",
+            "CREATE TABLE usage_rollup_state ("
+            " id boolean PRIMARY KEY DEFAULT true CHECK (id), rolled_until timestamptz, feedback_seen timestamptz)",
+            "INSERT INTO usage_rollup_state (id) VALUES (true)",
+        ),
+    ),
 )
 
 

@@ -87,7 +87,8 @@ def plain_text_login(url: str, user: str, password: str) -> tuple[dict[str, Any]
 def team_appliance(home: Path, model: Path, **extra: str) -> Iterator[Appliance]:
     """A whole appliance in team mode started by `ctxpress up` (Triton and the model included), NATS on every
     address of this machine as a team would run it; `ctxpress down` at the end."""
-    env = appliance_env(home, model, CTXPRESS_TEAM="true", CTXPRESS_NATS_BIND_HOST="0.0.0.0", **extra)
+    env = appliance_env(home, model, CTXPRESS_TEAM="true", CTXPRESS_NATS_BIND_HOST="0.0.0.0",
+                        **{"CTXPRESS_CONSOLE_PORT": str(free_ports(1)[0]), **extra})
     started = ctxpress(env, "up")
     try:
         if started.returncode != 0:

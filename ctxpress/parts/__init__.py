@@ -14,6 +14,7 @@ each may take to be ready.
 from __future__ import annotations
 
 from ctxpress.parts.base import Part
+from ctxpress.parts.console import ConsolePart, console_wanted
 from ctxpress.parts.nats_server import NatsPart
 from ctxpress.parts.postgres import PostgresPart
 from ctxpress.parts.triton import TritonPart
@@ -23,9 +24,11 @@ from ctxpress_core.settings import Settings
 
 def parts(settings: Settings) -> list[Part]:
     """In start order."""
-    return [NatsPart(settings), PostgresPart(settings), TritonPart(settings), CompletionWorkerPart(settings),
-            IndexWorkerPart(settings)]
+    found = [NatsPart(settings), PostgresPart(settings), TritonPart(settings), CompletionWorkerPart(settings),
+             IndexWorkerPart(settings)]
+    return [*found, ConsolePart(settings)] if console_wanted(settings) else found
 
 
 START_TIMEOUTS = {"nats": 30.0, "postgres": 120.0, "triton": 300.0, "completion-worker": 120.0, "index-worker": 60.0,
+                  "console": 30.0,
                   "supervisor": 30.0}

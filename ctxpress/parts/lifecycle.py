@@ -10,6 +10,7 @@ from typing import Any
 from ctxpress import team
 from ctxpress.parts import START_TIMEOUTS, parts
 from ctxpress.parts.base import StartError
+from ctxpress.parts.console import ConsolePart
 from ctxpress.parts.supervisor import SupervisorPart
 from ctxpress_core import identity
 from ctxpress_core.settings import Settings
@@ -21,7 +22,7 @@ def check_ports(settings: Settings) -> None:
         "nats_port": settings.nats_port, "nats_monitor_port": settings.nats_monitor_port,
         "postgres_port": settings.postgres_port, "triton_http_port": settings.triton_http_port,
         "triton_grpc_port": settings.triton_grpc_port, "triton_metrics_port": settings.triton_metrics_port,
-        "worker_metrics_port": settings.worker_metrics_port,
+        "worker_metrics_port": settings.worker_metrics_port, "console_port": settings.console_port,
     }
     seen: dict[int, str] = {}
     for name, port in ports.items():
@@ -74,7 +75,10 @@ def down(settings: Settings, report: Callable[[str], None] = print) -> list[str]
     stopped all the same: one part's failure must not leave the rest running)."""
     failed: list[str] = []
     # The supervisor goes first, or it would restart what is stopped next.
-    for part in [SupervisorPart(settings), *reversed(parts(settings))]:
+    stopping = [SupervisorPart(settings), *reversed(parts(settings))]
+    if not any(part.name == ConsolePart.name for part in stopping):  # started while team mode was on
+        stopping.insert(1, ConsolePart(settings))
+    for part in stopping:
         if part.external:
             continue
         try:

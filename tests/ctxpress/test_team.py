@@ -106,7 +106,7 @@ def test_generated_authorization_gives_each_credential_only_its_subjects(tmp_pat
                    nats_authorization.TeamUser("ci", alice_hash, identity.USER_KIND_HOOKS),
                    nats_authorization.TeamUser("hooks", alice_hash, identity.USER_KIND_HOOKS)], services))
     # a user named like a service never shadows it; the unscoped "hooks" credential is gone
-    assert sorted(users) == ["alice", "ci", "gateway", "indexer", "worker"]
+    assert sorted(users) == ["alice", "ci", "console", "gateway", "indexer", "worker"]
     assert users["alice"]["password"] == alice_hash and alice_hash.startswith("$2a$")
     for name in identity.SERVICE_USERS:  # plain passwords never reach the config
         hashed = users[name]["password"]
