@@ -27,7 +27,10 @@ from db.session import engine_for
 INDEX_TABLES = ("repositories", "indexed_files", "code_chunks", "block_notes")
 TELEMETRY_TABLES = ("completion_events", "completion_feedback")
 GRANT_TABLES = ("team_grants",)
-ALL_TABLES = (*INDEX_TABLES, *TELEMETRY_TABLES, GRANT_TABLES[0], "team_users", "schema_migrations")
+# The team console's (ctxpress/console): its admins and sessions, the audit log and the usage rollup; the admin's only.
+CONSOLE_TABLES = ("console_admins", "console_sessions", "audit_log", "usage_hourly", "usage_daily",
+                  "usage_rollup_state")
+ALL_TABLES = (*INDEX_TABLES, *TELEMETRY_TABLES, GRANT_TABLES[0], "team_users", *CONSOLE_TABLES, "schema_migrations")
 
 
 @dataclass(frozen=True)

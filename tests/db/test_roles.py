@@ -115,3 +115,11 @@ def test_the_completion_role_writes_only_the_note_columns_of_block_notes(urls: d
     for column, value in (("source", "'evil'"), ("language", "'c'"), ("path", "'b.py'"), ("note_key", "'k2'"),
                           ("repo_id", "repo_id")):
         assert refused(url, f"UPDATE block_notes SET {column} = {value}"), column
+
+
+def test_every_table_of_the_schema_is_owned_by_the_admin_role(urls: dict[str, str]) -> None:
+    """A table the roles do not list stays the superuser's: the admin (the CLI, the console) could not use it."""
+    with engine_for(urls["superuser"]).connect() as conn:
+        rows = conn.execute(text("SELECT tablename, tableowner FROM pg_tables WHERE schemaname = 'public'"))
+        owners = {str(name): str(owner) for name, owner in rows}
+    assert owners and set(owners.values()) == {"ctxpress_admin"}, owners

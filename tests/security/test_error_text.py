@@ -35,8 +35,9 @@ async def _reply(engine: CompletionEngine) -> dict[str, str]:
 async def test_an_engines_failure_reaches_the_client_as_a_code_only(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="ctxpress.worker.completion")
     error = await _reply(ScriptedEngine(fail_with=RuntimeError(DETAIL)))
+    # before: "inference failed: StatusCode.INTERNAL: model at /srv/…"
     assert error == {"code": ErrorCode.INFERENCE_FAILED, "message": SERVER_SIDE_MESSAGES[ErrorCode.INFERENCE_FAILED],
-                     "details": None, "retry_after_ms": None}  # before: "inference failed: StatusCode.INTERNAL: model at /srv/…"
+                     "details": None, "retry_after_ms": None}
     assert "gpu-7.internal" in caplog.text  # the operator still reads what failed
 
 
