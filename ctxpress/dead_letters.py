@@ -102,6 +102,9 @@ async def retry(settings: Settings, seq: int) -> DeadLetter:
         subject = letter.subject
         if not (subject in _INDEX_SUBJECTS or identity.subject_kind(subject) in ("index_git", "file_saved")):
             raise DeadLetterError(f"dead letter {seq} names no index subject ({subject!r}); discard it instead")
+        if (await js.stream_info(stream)).config.deny_delete:  # checked first: a retry publishes, then deletes
+            raise DeadLetterError(f"the stream {stream} refuses deletes (made so by a development build); remove it "
+                                  "(`nats stream rm`) and restart an index worker to make it again")
         await js.publish(subject, msg.data or b"")
         await js.delete_msg(stream, seq)
         return letter

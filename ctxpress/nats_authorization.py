@@ -35,10 +35,9 @@ from ctxpress_core.wire.v1 import (
     SUBJECT_CANCEL,
     SUBJECT_FILE_OPENED,
     SUBJECT_FILE_SAVED,
-    SUBJECT_INDEX_DEAD,
     SUBJECT_INDEX_GIT,
 )
-from indexer.stream import dead_letter_stream
+from indexer.stream import dead_letter_stream, dead_letter_subject
 
 
 @dataclass(frozen=True)
@@ -103,11 +102,12 @@ def indexer_api_subjects(settings: Settings) -> list[str]:
             f"{api}.CONSUMER.MSG.NEXT.{stream}.{consumer}", f"$JS.ACK.{stream}.{consumer}.>"]
 
 
-def indexer_permissions(settings: Settings) -> dict[str, Any]:
+def indexer_permissions(settings: Settings, indexer_password: str) -> dict[str, Any]:
     return {
         # JetStream on its own stream and consumer only; it reads the editors' saves and hook events from the stream,
-        # never from their subjects. The events it gives up on, to the dead letters.
-        "publish": {"allow": [*indexer_api_subjects(settings), SUBJECT_INDEX_DEAD]},
+        # never from their subjects. The events it gives up on, to the dead letters, on the subject keyed with its
+        # own password (nobody else can name it, so no JetStream ack lands there).
+        "publish": {"allow": [*indexer_api_subjects(settings), dead_letter_subject(settings, indexer_password)]},
         "subscribe": {"allow": [settings.index_status_subject, f"{inbox_prefix(INDEXER_USER)}.>"]},
         "allow_responses": True,  # its status, to the probes
     }
@@ -133,7 +133,7 @@ def render_authorization(settings: Settings, users: Iterable[TeamUser], services
         {"user": WORKER_USER, "password": bcrypt_hash(services[WORKER_USER].password, SERVICE_BCRYPT_ROUNDS),
          "permissions": worker_permissions(settings)},
         {"user": INDEXER_USER, "password": bcrypt_hash(services[INDEXER_USER].password, SERVICE_BCRYPT_ROUNDS),
-         "permissions": indexer_permissions(settings)},
+         "permissions": indexer_permissions(settings, services[INDEXER_USER].password)},
         {"user": GATEWAY_USER, "password": bcrypt_hash(services[GATEWAY_USER].password, SERVICE_BCRYPT_ROUNDS),
          "permissions": gateway_permissions(settings)},
         {"user": CONSOLE_USER, "password": bcrypt_hash(services[CONSOLE_USER].password, SERVICE_BCRYPT_ROUNDS),

@@ -7,6 +7,8 @@ creates them early, so commits made before the first worker starts are kept).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 from dataclasses import replace
 
@@ -24,7 +26,7 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
-from ctxpress_core.identity import subject_user, team_mode, user_subject
+from ctxpress_core.identity import INDEXER_USER, service_credentials, subject_user, team_mode, user_subject
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_DEAD, SUBJECT_INDEX_GIT
 
@@ -40,9 +42,10 @@ MAX_EVENT_BYTES = 8 << 20
 # Subjects no team credential may publish on, whose events name no user: kept out of the stream in team mode.
 USERLESS_SUBJECTS = (SUBJECT_INDEX_GIT, SUBJECT_FILE_SAVED)
 # What ensure_stream keeps equal to stream_config on a stream made by an older version (retention and storage
-# cannot change; deny_delete and deny_purge can only be switched on).
+# cannot change; deny_delete and deny_purge can only be switched on: see _updated).
 MANAGED_FIELDS = ("discard", "discard_new_per_subject", "max_msgs_per_subject", "max_bytes", "max_msg_size",
                   "deny_delete", "deny_purge")
+ONE_WAY_FIELDS = ("deny_delete", "deny_purge")  # nats-server refuses to switch these off
 
 
 def stream_config(settings: Settings) -> StreamConfig:
@@ -89,16 +92,36 @@ def dead_letter_stream(settings: Settings) -> str:
     return f"{settings.index_stream}_DEAD"
 
 
+def dead_letter_subject(settings: Settings, indexer_password: str | None = None) -> str:
+    """Where the index worker puts the events it gives up on: the dead-letter stream's only subject.
+
+    In team mode one nobody else can name. nats-server's JetStream acks a developer's own publish at whatever reply
+    subject she chose, from its own client, which none of her permissions restrict: on a subject she can name the
+    dead-letter stream would store her ack as a dead letter (a `ctxpress status` alert). So its last token is keyed
+    with the index worker's NATS password (``indexer_password``, else read from its credential), which only that
+    worker and the writer of the authorization block (its publish permission) know; developers can neither list
+    streams nor read that block. A single-user appliance has nobody else: the plain subject."""
+    if not team_mode(settings):
+        return SUBJECT_INDEX_DEAD
+    if indexer_password is None:
+        indexer_password = service_credentials(settings, INDEXER_USER).password
+    token = hmac.new(indexer_password.encode(), b"dead letters", hashlib.sha256).hexdigest()[:32]
+    return f"{SUBJECT_INDEX_DEAD}.{token}"
+
+
 def dead_letter_config(settings: Settings) -> StreamConfig:
     return StreamConfig(
         name=dead_letter_stream(settings),
-        subjects=[SUBJECT_INDEX_DEAD],
+        subjects=[dead_letter_subject(settings)],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_age=DEAD_MAX_AGE_S,
         max_bytes=STREAM_MAX_BYTES,
         max_msg_size=MAX_EVENT_BYTES,
-        deny_delete=True,  # the alert goes when the letters age out, never on someone's request
+        # No purge: the alert goes when the letters age out or one by one, never all on someone's request. A
+        # message delete is how the console retries or discards a letter; only the console's NATS user may send it
+        # (developers have no JetStream API at all).
+        deny_delete=False,
         deny_purge=True,
         num_replicas=settings.index_stream_replicas,
     )
@@ -129,25 +152,43 @@ async def users_at_quota(js: JetStreamContext, settings: Settings) -> dict[str, 
     return full
 
 
-def _updated(current: StreamConfig, wanted: StreamConfig, team: bool) -> StreamConfig | None:
+def _wanted_subjects(settings: Settings, current: StreamConfig, wanted: StreamConfig) -> set[str]:
+    """The index stream keeps subjects an operator added (in team mode not the user-less ones); the dead-letter
+    stream has its one subject only (a former one, anyone could name it, is dropped)."""
+    if wanted.name == dead_letter_stream(settings):
+        return set(wanted.subjects or ())
+    dropped = set(USERLESS_SUBJECTS) if team_mode(settings) else set()
+    return {*(current.subjects or ()), *(wanted.subjects or ())} - dropped
+
+
+def _updated(settings: Settings, current: StreamConfig, wanted: StreamConfig) -> StreamConfig | None:
     """``current`` (a stream made by an older version, or by an operator) with what this version needs, or None
-    when it has it: the per-user subjects (in team mode without the user-less ones), the quotas, the denials."""
-    subjects = {*(current.subjects or ()), *(wanted.subjects or ())} - (set(USERLESS_SUBJECTS) if team else set())
+    when it has it: the subjects, the quotas, the denials."""
     changes: dict[str, object] = {f: getattr(wanted, f) for f in MANAGED_FIELDS
                                   if getattr(current, f) != getattr(wanted, f)}
+    for field in ONE_WAY_FIELDS:
+        if getattr(current, field) and not getattr(wanted, field):
+            # a dead-letter stream made with deny_delete by a development build: kept (the update would be refused
+            # and the index worker would not start); the console cannot retry or discard its letters until it is
+            # made again (`nats stream rm`, then any index worker start)
+            log.warning("stream %s keeps %s; nats-server cannot switch it off", current.name, field)
+            changes.pop(field, None)
+    subjects = _wanted_subjects(settings, current, wanted)
     if subjects != set(current.subjects or ()):
         changes["subjects"] = sorted(subjects)
     return replace(current, **changes) if changes else None  # type: ignore[arg-type]
 
 
 async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
+    """Make the dead-letter stream, the index stream and its consumer, or bring existing ones up to this version
+    (in team mode the dead-letter stream moves to ``dead_letter_subject``)."""
     for wanted in (dead_letter_config(settings), stream_config(settings)):
         try:
             info = await js.stream_info(wanted.name or "")
         except NotFoundError:
             await js.add_stream(wanted)
             continue
-        updated = _updated(info.config, wanted, team_mode(settings) and wanted.name == settings.index_stream)
+        updated = _updated(settings, info.config, wanted)
         if updated is not None:
             await js.update_stream(updated)
     try:

@@ -36,7 +36,6 @@ from ctxpress_core.wire.v1 import (
     HEADER_DEAD_ERROR,
     HEADER_DEAD_SUBJECT,
     SUBJECT_FILE_SAVED,
-    SUBJECT_INDEX_DEAD,
     FileSaved,
     IndexEvent,
 )
@@ -44,7 +43,14 @@ from db.scope import SHARED
 from db.session import refuses_values
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
-from indexer.stream import dead_letters, ensure_stream, next_batch, retry_delay_s, users_at_quota
+from indexer.stream import (
+    dead_letter_subject,
+    dead_letters,
+    ensure_stream,
+    next_batch,
+    retry_delay_s,
+    users_at_quota,
+)
 from workers import replies
 from workers.grants import Grants
 from workers.process import run_service
@@ -127,6 +133,7 @@ class IndexWorker:
         self.settings = settings
         self.indexer = indexer
         self.js = js  # where events given up on go (the dead-letter stream); None: they are only logged
+        self.dead_subject = dead_letter_subject(settings)  # team mode: keyed with this worker's own credential
         self.grants = grants  # team mode: an editor's save needs its user's grant for the repository
         self.stats = WorkerStats(worker=f"{os.uname().nodename}:{os.getpid()}")
 
@@ -248,7 +255,7 @@ class IndexWorker:
         try:
             if self.js is None:
                 raise RuntimeError("no JetStream context")
-            await self.js.publish(SUBJECT_INDEX_DEAD, msg.data, headers=headers, timeout=5)
+            await self.js.publish(self.dead_subject, msg.data, headers=headers, timeout=5)
         except Exception as exc:
             log.error(json.dumps({"event": "dead letter failed", "seq": seq, "error": f"{type(exc).__name__}: {exc}"}))
             await msg.nak(delay=self.settings.index_retry_max_s)

@@ -26,7 +26,7 @@ from ctxpress_core.settings import Settings
 from ctxpress_core.tls import client_context, tls_dir
 from ctxpress_core.wire.v1 import SUBJECT_INDEX_GIT
 from indexer.hook_publish import PublishError, TinyNats
-from indexer.stream import ensure_stream
+from indexer.stream import dead_letter_subject, ensure_stream
 from tests.indexer.index_repo import git, make_repo
 from tests.team_services import add_developer, embedded_postgres, plain_text_login, team_nats, team_settings
 
@@ -136,7 +136,11 @@ def test_generated_authorization_gives_each_credential_only_its_subjects(tmp_pat
             assert "*" not in tokens[:named + 2] and ">" not in tokens[:named + 2], subject
     assert f"$JS.API.CONSUMER.MSG.NEXT.{settings.index_stream}.{settings.index_consumer}" in \
         indexer["publish"]["allow"]
-    assert "ctxpress.v1.index.dead" in indexer["publish"]["allow"]
+    # its dead letters on the subject keyed with its own password (a JetStream ack can land on a plain one)
+    keyed = dead_letter_subject(settings)
+    assert keyed == dead_letter_subject(settings, services[identity.INDEXER_USER].password) != "ctxpress.v1.index.dead"
+    assert keyed in indexer["publish"]["allow"] and "ctxpress.v1.index.dead" not in indexer["publish"]["allow"]
+    assert [name for name, entry in users.items() if keyed in json.dumps(entry)] == ["indexer"]
     assert indexer["subscribe"] == {"allow": [settings.index_status_subject, "_INBOX.indexer.>"]}
     # the gateway: reads every user's completion subjects, publishes only to the shards' forwarded subjects
     gateway = users["gateway"]["permissions"]

@@ -14,9 +14,9 @@ from ctxpress.dead_letters import queue
 from ctxpress.topology import free_ports
 from ctxpress_core import identity, nats_connect
 from ctxpress_core.settings import Settings
-from ctxpress_core.wire.v1 import HEADER_DEAD_DELIVERIES, HEADER_DEAD_ERROR, HEADER_DEAD_SUBJECT, SUBJECT_INDEX_DEAD
+from ctxpress_core.wire.v1 import HEADER_DEAD_DELIVERIES, HEADER_DEAD_ERROR, HEADER_DEAD_SUBJECT
 from db import team as team_store
-from indexer.stream import ensure_stream
+from indexer.stream import dead_letter_subject, ensure_stream
 from tests.e2e.console_services import cli, console_process, nats_login, run_async, scripted_worker
 from tests.e2e.vscode_driver import CHROMIUM
 from tests.team_services import embedded_postgres, team_nats, team_settings
@@ -68,7 +68,7 @@ async def _dead_letter(settings: Settings) -> None:
         js = nc.jetstream()
         await ensure_stream(js, settings)
         event = {"repository": "demo", "path": "pkg/m.py", "text": "x = 1\n"}
-        await js.publish(SUBJECT_INDEX_DEAD, json.dumps(event).encode(), headers={
+        await js.publish(dead_letter_subject(settings), json.dumps(event).encode(), headers={
             HEADER_DEAD_SUBJECT: identity.user_subject("alice", "file_saved"),
             HEADER_DEAD_ERROR: "embedder unavailable: connection refused", HEADER_DEAD_DELIVERIES: "20"})
     finally:

@@ -1,7 +1,7 @@
-"""Issue 43 (the index stream): no API call empties it, no user's burst evicts another's pending events, and in
-team mode it captures no user-less subject. A real nats-server (the embedded one, as `ctxpress up` starts it for a
-single user: the stream's configuration is what is tested, made with team-mode settings where it differs) and
-nats-py's JetStream client."""
+"""Issue 43 (the index stream): no API call empties it, no user's burst evicts another's pending events, in team
+mode it captures no user-less subject, and the dead letters' subject is one no developer can name. A real
+nats-server (the embedded one, as `ctxpress up` starts it for a single user: the stream's configuration is what is
+tested, made with team-mode settings where it differs) and nats-py's JetStream client."""
 
 from __future__ import annotations
 
@@ -16,11 +16,19 @@ import pytest
 from nats.js.api import DiscardPolicy
 from nats.js.errors import APIError, NoStreamResponseError
 
+from ctxpress import dead_letters
 from ctxpress.parts.nats_server import NatsPart
-from ctxpress_core.identity import user_subject
+from ctxpress_core.identity import ensure_service_credentials, user_subject
 from ctxpress_core.settings import Settings
-from ctxpress_core.wire.v1 import SUBJECT_FILE_SAVED, SUBJECT_INDEX_DEAD, SUBJECT_INDEX_GIT
-from indexer.stream import dead_letter_config, dead_letter_stream, ensure_stream, stream_config, users_at_quota
+from ctxpress_core.wire.v1 import HEADER_DEAD_SUBJECT, SUBJECT_FILE_SAVED, SUBJECT_INDEX_DEAD, SUBJECT_INDEX_GIT
+from indexer.stream import (
+    dead_letter_config,
+    dead_letter_stream,
+    dead_letter_subject,
+    ensure_stream,
+    stream_config,
+    users_at_quota,
+)
 from tests.team_services import team_settings
 
 pytestmark = pytest.mark.services
@@ -31,6 +39,7 @@ UNUSED_DB = "postgresql+psycopg://unused@127.0.0.1:1/postgres"
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[Settings]:
     settings = team_settings(tmp_path, UNUSED_DB, team=False, index_user_max_events=3)
+    ensure_service_credentials(settings)  # the indexer's: the team-mode dead-letter subject is keyed with it
     part = NatsPart(settings)
     part.start(30)
     try:
@@ -51,14 +60,20 @@ def _saved(path: str) -> bytes:
 
 
 async def _purge_and_delete_are_refused(js: Any, settings: Settings) -> None:
-    for stream, subject in ((settings.index_stream, user_subject("alice", "file_saved")),
-                            (dead_letter_stream(settings), SUBJECT_INDEX_DEAD)):
+    """Neither stream can be purged; the pending events cannot be deleted either, the dead letters can (one by
+    one: the console's retry and discard; only the console's NATS user may ask)."""
+    for stream, subject, deletes in ((settings.index_stream, user_subject("alice", "file_saved"), False),
+                                     (dead_letter_stream(settings), dead_letter_subject(settings), True)):
         ack = await js.publish(subject, _saved("a.py"))
         with pytest.raises(APIError, match=r"(?i)purge"):
             await js.purge_stream(stream)
+        assert (await js.stream_info(stream)).state.messages == 1, stream  # still there
+        if deletes:
+            assert await js.delete_msg(stream, ack.seq)
+            continue
         with pytest.raises(APIError, match=r"(?i)delete"):
             await js.delete_msg(stream, ack.seq)
-        assert (await js.stream_info(stream)).state.messages == 1, stream  # still there
+        assert (await js.stream_info(stream)).state.messages == 1, stream
 
 
 async def test_neither_stream_can_be_purged_nor_its_events_deleted(js: Any, local: Settings) -> None:
@@ -78,8 +93,44 @@ async def test_streams_made_by_an_older_version_gain_the_denials_and_the_quota(j
     info = await js.stream_info(local.index_stream)
     assert info.config.discard == DiscardPolicy.NEW and info.config.discard_new_per_subject
     assert info.config.max_msgs_per_subject == local.index_user_max_events
-    await _purge_and_delete_are_refused(js, local)
+    await _purge_and_delete_are_refused(js, team)
     await ensure_stream(js, team)  # again: nothing left to change, no error
+
+
+async def test_a_dead_letter_stream_made_before_moves_to_the_subject_nobody_else_can_name(js: Any,
+                                                                                        local: Settings) -> None:
+    """JetStream acks a developer's own publish at her chosen reply subject: on ``ctxpress.v1.index.dead`` the
+    dead-letter stream stored it (an alert). A team's dead-letter stream, also one made before, takes only the
+    subject keyed with the index worker's credential; a single-user appliance keeps the plain one."""
+    await ensure_stream(js, local)
+    assert (await js.stream_info(dead_letter_stream(local))).config.subjects == [SUBJECT_INDEX_DEAD]
+    team = local.model_copy(update={"team": True})
+    keyed = dead_letter_subject(team)
+    assert keyed.startswith(f"{SUBJECT_INDEX_DEAD}.") and len(keyed) == len(SUBJECT_INDEX_DEAD) + 33
+    assert keyed == dead_letter_subject(team)  # the same for the worker and the authorization block
+    await ensure_stream(js, team)
+    assert (await js.stream_info(dead_letter_stream(team))).config.subjects == [keyed]
+    with pytest.raises((NoStreamResponseError, nats.errors.NoRespondersError)):
+        await js.publish(SUBJECT_INDEX_DEAD, b'{"stream": "CTXPRESS_INDEX", "seq": 1}', timeout=2)
+    assert (await js.publish(keyed, _saved("a.py"))).stream == dead_letter_stream(team)
+
+
+async def test_a_dead_letter_stream_that_denies_deletes_does_not_stop_the_index_worker(js: Any,
+                                                                                      local: Settings) -> None:
+    """nats-server never switches deny_delete off: a dead-letter stream made with it (by a development build)
+    keeps it, and ensure_stream (the index worker's start) must not fail on it. A retry there changes nothing (it
+    would publish the event again, then fail to delete the letter) and says what to do."""
+    await js.add_stream(replace(dead_letter_config(local), deny_delete=True))
+    await ensure_stream(js, local)
+    letter = await js.publish(SUBJECT_INDEX_DEAD, _saved("a.py"),
+                              headers={HEADER_DEAD_SUBJECT: user_subject("alice", "file_saved")})
+    with pytest.raises(dead_letters.DeadLetterError, match="refuses deletes"):
+        await dead_letters.retry(local, letter.seq)
+    assert (await js.stream_info(local.index_stream)).state.messages == 0  # not published again
+    team = local.model_copy(update={"team": True})
+    await ensure_stream(js, team)
+    info = await js.stream_info(dead_letter_stream(local))
+    assert info.config.deny_delete and info.config.subjects == [dead_letter_subject(team)]
 
 
 async def test_one_users_quota_refuses_their_next_event_and_keeps_the_others(js: Any, local: Settings) -> None:
@@ -119,3 +170,4 @@ def test_a_single_users_stream_keeps_the_newest_events_of_a_long_rebase(local: S
     config = stream_config(local)
     assert config.discard == DiscardPolicy.OLD and config.max_msgs_per_subject == -1
     assert config.deny_purge and config.deny_delete
+    assert dead_letter_config(local).deny_purge and not dead_letter_config(local).deny_delete  # the console's

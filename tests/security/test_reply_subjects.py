@@ -26,12 +26,18 @@ import pytest
 from nats.errors import NoRespondersError, TimeoutError
 from sqlalchemy import text
 
+from ctxpress import dead_letters
 from ctxpress_core import identity
 from ctxpress_core.settings import Settings
+from ctxpress_core.wire.v1 import SUBJECT_INDEX_DEAD
 from db.session import engine_for
-from indexer.stream import dead_letter_stream, ensure_stream
+from indexer.embeddings import TritonEmbedder
+from indexer.pipeline import Indexer
+from indexer.stream import dead_letter_stream, ensure_stream, next_batch
 from tests.conftest import free_port
 from tests.team_services import add_developer, embedded_postgres, team_nats, team_settings
+from workers.grants import Grants
+from workers.index_worker import IndexWorker
 
 # --- the rule ---------------------------------------------------------------------------------------------
 
@@ -232,3 +238,50 @@ async def test_a_jetstream_ack_sent_where_alice_chose_is_no_request_as_bob(
         finally:
             await alice.close()
     assert error_rows(database_url, "bob") == bob_before  # before: an invalid_request row as bob
+
+
+async def stored(js: Any, stream: str, more_than: int) -> int:
+    """The stream's message count once it holds more than ``more_than`` (a publish is stored asynchronously)."""
+    deadline = time.monotonic() + 30
+    while True:
+        messages = int((await js.stream_info(stream)).state.messages)
+        if messages > more_than or time.monotonic() > deadline:
+            return messages
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.services
+async def test_a_jetstream_ack_at_the_dead_letter_subject_is_no_dead_letter(team: Team, indexer: Any) -> None:
+    """The server acks alice's own save at the reply subject she chose, ``ctxpress.v1.index.dead``: the
+    dead-letter stream stored that ack (a permanent `ctxpress status` alert). The index worker's own dead letters
+    must still land there."""
+    settings = team.settings.model_copy(update={"index_max_deliver": 1})  # given up on at the first failure
+    dead_before = (await indexer.stream_info(dead_letter_stream(settings))).state.messages
+    pending_before = (await indexer.stream_info(settings.index_stream)).state.messages
+    alice = await connect(team.alice)
+    try:
+        save = {"repository": "alpha", "path": "planted.py", "text": "x = 1\n"}
+        await alice.publish(team.alice.subject("file_saved"), json.dumps(save).encode(), reply=SUBJECT_INDEX_DEAD)
+        await alice.flush()
+    finally:
+        await alice.close()
+    # stored, so acked at her reply subject before the index worker below gives up on anything
+    assert await stored(indexer, settings.index_stream, pending_before) == pending_before + 1
+    # an index worker whose database is down: every pending event (hers among them) becomes a real dead letter
+    down = f"postgresql+psycopg://ctxpress@127.0.0.1:{free_port()}/ctxpress"
+    embedder = TritonEmbedder("127.0.0.1:1")
+    url = settings.effective_database_url()
+    worker = IndexWorker(settings, Indexer(down, embedder), grants=Grants(url), js=indexer)
+    sub = await indexer.pull_subscribe_bind(settings.index_consumer, settings.index_stream)
+    try:
+        while msgs := await next_batch(sub):
+            await worker.handle_batch(msgs)
+    finally:
+        await sub.unsubscribe()
+        embedder.close()
+    assert worker.stats.dead_lettered == pending_before + 1
+    letters = (await dead_letters.queue(settings, limit=1000)).dead  # as the console lists them
+    # before: one letter more, the ack, with no subject of its own (`{"stream": "CTXPRESS_INDEX", "seq": N}`)
+    assert (len(letters), [letter.subject for letter in letters if not letter.subject]) == (
+        dead_before + worker.stats.dead_lettered, [])
+    assert letters[-1].subject == team.alice.subject("file_saved") and letters[-1].repository == "alpha"
