@@ -18,6 +18,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from ctxpress_core import identity, nats_connect
+from ctxpress_core.errors import CtxpressError, ErrorCode
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import HEADER_DEAD_DELIVERIES, HEADER_DEAD_ERROR, HEADER_DEAD_SUBJECT
 from indexer.stream import dead_letter_stream
@@ -25,8 +26,10 @@ from indexer.stream import dead_letter_stream
 _INDEX_SUBJECTS = ("ctxpress.v1.index.git", "ctxpress.v1.file_saved")
 
 
-class DeadLetterError(ValueError):
-    pass
+class DeadLetterError(CtxpressError, ValueError):
+    """A dead letter that cannot be retried or discarded as asked (gone, or naming no index subject)."""
+
+    code = ErrorCode.INVALID_REQUEST
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ The gateway and every completion worker keep one ``UserLimits`` for requests and
 over their share is answered ``rate_limited`` with ``retry_after_ms`` (``ctxpress_core.errors.RateLimited``)
 before anything costly is done for the request (its JSON is not even read), so one teammate's flood costs the
 others nothing but the refusals. The key is the user of the subject (NATS lets a user publish on their own
-subjects only); single-user mode has one key, None, whose defaults a typist never reaches.
+subjects only). A single-user appliance (user None) has nobody to share with: its one developer's editors and
+benchmarks are bounded by the engine's admission (``overloaded``) alone, as before.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ class UserLimits:
 
     def take(self, user: str | None, inflight_retry_ms: float = DEFAULT_INFLIGHT_RETRY_MS) -> None:
         """Count one request of ``user`` against the rate, or raise ``RateLimited`` (nothing counted) when they
-        hold ``max_inflight`` already or their bucket is empty."""
+        hold ``max_inflight`` already or their bucket is empty. No limit for the single user (None)."""
+        if user is None:
+            return
         state = self._state(user)
         if self.max_inflight and state.inflight >= self.max_inflight:
             raise RateLimited(f"{state.inflight} requests of yours are in flight (at most {self.max_inflight} at once)",
@@ -83,6 +86,9 @@ class UserLimits:
     @contextlib.contextmanager
     def held(self, user: str | None) -> Iterator[None]:
         """One request of ``user`` counted in flight while the block runs (``take`` has admitted it)."""
+        if user is None:
+            yield
+            return
         state = self._state(user)
         state.inflight += 1
         try:

@@ -3,4 +3,5 @@
 from ctxpress.console.app import serve
 from ctxpress_core.settings import get_settings
 
-raise SystemExit(serve(get_settings()))
+if __name__ == "__main__":
+    raise SystemExit(serve(get_settings()))

@@ -70,8 +70,16 @@ def test_the_defaults_let_a_fast_typist_through() -> None:
     limits = UserLimits(settings.user_max_inflight, settings.user_requests_per_s, settings.user_request_burst,
                         clock=clock)
     for _ in range(600):
-        with limits.hold(None):
+        with limits.hold("bob"):
             clock.now += 0.1
+
+
+def test_a_single_user_appliance_has_no_share_to_keep() -> None:
+    """Its one developer's editors and benchmarks (many requests at once) meet only the engine's admission."""
+    limits = UserLimits(1, 1.0, 1, clock=Clock())
+    with limits.hold(None), limits.hold(None):
+        for _ in range(100):
+            limits.take(None)
 
 
 def test_rate_limited_is_on_the_wire_with_its_retry_after() -> None:
