@@ -4,6 +4,8 @@ and in a throw-away state directory, shared by every test that needs services.""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -117,3 +119,22 @@ async def nats_client(appliance: Appliance) -> AsyncIterator[object]:
     nc = await nats.connect(appliance.settings.effective_nats_url())
     yield nc
     await nc.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def no_nats_client_left_open() -> AsyncIterator[None]:
+    """Every async test shares the session's event loop. A NATS client left open whose server a module has since
+    stopped keeps reconnecting, and nats-py's reconnect loop swallows the cancellation the loop's shutdown sends
+    (nats-io/nats.py#981): the run would never end. Such clients are closed here, by name, before the loop is."""
+    yield
+    import gc
+    import sys
+
+    from nats.aio.client import Client
+
+    left = [c for c in gc.get_objects() if isinstance(c, Client) and not c.is_closed]
+    for client in left:
+        print(f"a NATS client was left open (servers {[str(s.uri.netloc) for s in client._server_pool]}): "
+              "closing it", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), 10)
