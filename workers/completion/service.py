@@ -47,6 +47,7 @@ from workers.completion.engine_load import EngineLoad
 from workers.completion.follow_up import Asked, FollowUps, accepted
 from workers.completion.notes import Activity
 from workers.completion.observe import Observer, observe_retrieval
+from workers.completion.prewarms import LatestPerUser
 from workers.completion.request import parse_request, within_size_limit
 from workers.file_store import FileStore
 from workers.grants import Caller, Grants
@@ -86,7 +87,7 @@ class CompletionService:
         self.observe = Observer(telemetry)
         self.engine_load = EngineLoad(slots=settings.kv_pool_slots)
         self._file_tokens_cache: dict[str, int] = {}
-        self._background: set[asyncio.Task[None]] = set()  # pre-warm tasks (kept referenced)
+        self._prewarms = LatestPerUser()
         self.follow_ups = FollowUps()
         # Work no live request waits for (warming an opened file, counting a whole file for the report) runs on
         # one thread at the lowest CPU priority: on the embedded appliance it shares two cores with the engine,
@@ -347,9 +348,7 @@ class CompletionService:
         except Exception:  # warming is optional: the first completion will parse instead
             log.exception("warming %s failed", event.path)
             return json.dumps({"ok": False, "reason": "warming failed; the first completion parses instead"}).encode()
-        task = asyncio.create_task(self._prewarm_logged(event, caller))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._prewarms.start(caller.user, self._prewarm_logged(event, caller))  # one per user at a time
         return json.dumps({"ok": True, "warm_ms": warm_ms}).encode()
 
     async def _prewarm_logged(self, event: FileOpened, caller: Caller) -> None:
