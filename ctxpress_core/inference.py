@@ -37,7 +37,8 @@ CTX_DEADLINE_MS = "ctx_deadline_ms"
 CTX_TEMPLATE_MARKERS = "ctx_template_markers"
 # Whose prompts a request's KV may be reused from, and whose earlier prompts its ``ctx_cached_tokens`` may count:
 # a keyed hash of the user (context.prompt.cache_salt), never the name. An engine that shares KV blocks across
-# requests (TensorRT-LLM) would otherwise tell one user, through that figure, what another one sent.
+# requests (TensorRT-LLM) would otherwise tell one user, through that figure, what another one sent. The embedded
+# CPU engine also shares its time between users by this value (serving.engine.scheduler).
 CTX_CACHE_SALT = "ctx_cache_salt"
 # A second model of the embedded server: ``ctx_request_id`` in, the request is abandoned (dropped
 # from the engine's queue, or stopped at its next prompt chunk or decode step, its KV kept).

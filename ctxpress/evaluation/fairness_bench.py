@@ -6,9 +6,9 @@ then types again while alice floods: long-deadline requests on distinct files, 8
 spam and file_opened storms. Same run, same engine; bob's p50/p95 and answered share are printed for both and
 their ratios (the target: p50 under the flood at most 1.5x alone, answered at least 90 % as often).
 
-The engine is either the scripted one, serving one token step at a time, earliest deadline first, as the CPU
-engine's scheduler does (``--engine scripted``, the default: no model needed; its figures measure the
-appliance's admission and fair sharing, not the model) or the appliance's own Triton (``--engine triton``:
+The engine is either the scripted one, serving one token step at a time in the order the CPU engine's own
+scheduler chooses (``--engine scripted``, the default: no model needed; its figures measure the appliance's
+admission and fair sharing, not the model) or the appliance's own Triton (``--engine triton``:
 `ctxpress up` running, its CPU engine serving both users).
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import itertools
 import json
 import os
@@ -40,6 +39,7 @@ from ctxpress.evaluation.typing_replay import TypingStep, replay_typing, step_re
 from ctxpress.parts.nats_server import NatsPart
 from ctxpress_core import identity, inference
 from ctxpress_core.settings import Settings
+from serving.engine.scheduler import LatencyFirstScheduler, Ticket
 from serving.engine_api import CompletionEngine, EngineRequest, Piece
 from workers.completion.in_process import running_worker
 
@@ -49,61 +49,71 @@ FLOOD_TEXT = "def f(x):\n    return x + 1\n\n" * 6_000  # ~170 KB: parsed and em
 BIG_PAYLOAD = b'{"text": "' + b"x" * ((8 << 20) - 64) + b'"}'
 
 
-class EdfEngine:
-    """A scripted engine with one compute unit, scheduled as the CPU engine's latency-first scheduler is: the
-    request due earliest runs, step by step (64 prompt tokens, or one generated token, a step), and gives way
-    between two steps to a request due before it."""
+class SharedEngine:
+    """A scripted engine with one compute unit, scheduled by the CPU engine's own scheduler
+    (``serving.engine.scheduler``: engine time shared between users, then earliest deadline first): it runs
+    the request chosen step by step (64 prompt tokens, or one generated token, a step) and, between two
+    steps, gives way when the scheduler would choose another."""
 
     def __init__(self, step_s: float = 0.02, prompt_step_tokens: int = 64) -> None:
         self.step_s = step_s
         self.prompt_step_tokens = prompt_step_tokens
-        self._waiting: list[tuple[float, int, asyncio.Future[None]]] = []
+        self.scheduler: LatencyFirstScheduler[asyncio.Future[None]] = LatencyFirstScheduler()
         self._busy = False
-        self._order = itertools.count()
+        self._retry: asyncio.TimerHandle | None = None
 
     def __str__(self) -> str:
-        return "the scripted EDF engine"
+        return "the scripted engine with the CPU engine's scheduler"
 
-    async def _acquire(self, due: float) -> None:
-        if not self._busy and not self._waiting:
-            self._busy = True
-            return
+    async def _turn(self, cost_s: float, tenant: str | None, ticket: Ticket | None) -> Ticket:
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting, (due, next(self._order), turn))
+        ticket = self.scheduler.submit(turn, cost_s=cost_s, ticket=ticket, tenant=tenant)
+        self._dispatch()
         try:
             await turn
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():  # handed the engine as it was cancelled: pass it on
                 self._release()
             raise
+        return ticket
+
+    def _dispatch(self) -> None:
+        """Hand the engine to the request the scheduler chooses (after its gathering window, if need be)."""
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        while not self._busy and (chosen := self.scheduler.next_batch(limit=1)):
+            if not chosen[0].done():  # a waiter cancelled meanwhile is skipped
+                self._busy = True
+                chosen[0].set_result(None)
+        if not self._busy and (wait := self.scheduler.wait_s()) is not None:
+            self._retry = asyncio.get_running_loop().call_later(max(wait, 0.001), self._dispatch)
 
     def _release(self) -> None:
         self._busy = False
-        while self._waiting:
-            _, _, turn = heapq.heappop(self._waiting)
-            if not turn.done():
-                self._busy = True  # handed over: the waiter due earliest runs next
-                turn.set_result(None)
-                return
+        self._dispatch()
 
-    async def _steps(self, n: int, due: float) -> AsyncIterator[None]:
-        await self._acquire(due)
+    async def _steps(self, n: int, tenant: str | None) -> AsyncIterator[None]:
+        ticket = await self._turn(n * self.step_s, tenant, None)
+        started = time.monotonic()
         try:
             for _ in range(n):
                 await asyncio.sleep(self.step_s)
-                if self._waiting and self._waiting[0][0] < due:  # a request due before this one: give way
-                    self._release()
-                    await self._acquire(due)
                 yield
+                if self.scheduler.should_give_way(ticket, time.monotonic() - started):
+                    self.scheduler.charge(tenant, time.monotonic() - started)
+                    self._release()
+                    ticket = await self._turn(0.0, tenant, ticket)
+                    started = time.monotonic()
         finally:
+            self.scheduler.charge(tenant, time.monotonic() - started)
             self._release()
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[Piece]:
-        due = time.monotonic() + (request.deadline_ms or 600_000) / 1000
         prompt_tokens = max(1, len(request.prompt) // 4)
         prompt_steps = -(-prompt_tokens // self.prompt_step_tokens)
         step = 0
-        async for _ in self._steps(prompt_steps + request.max_tokens, due):
+        async for _ in self._steps(prompt_steps + request.max_tokens, request.cache_salt):
             step += 1
             if step > prompt_steps:
                 yield Piece("x ")
@@ -271,7 +281,7 @@ async def run_fairness(cfg: BenchConfig, typing_file: Path, engine_kind: str, se
         count_tokens = load_tokenizer(settings)
         over: dict[str, Any] = {"triton_url": settings.effective_triton_url()}
     else:
-        engine, count_tokens, over = EdfEngine(), (lambda s: max(1, len(s) // 4)), {}
+        engine, count_tokens, over = SharedEngine(), (lambda s: max(1, len(s) // 4)), {}
     _, _, steps = typing_plan(typing_file, cfg)
 
     with tempfile.TemporaryDirectory(prefix="ctxpress-fairness-") as home:

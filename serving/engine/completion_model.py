@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ctxpress_core import inference
-from serving.engine.abandoned import AbandonedRequests
+from serving.engine.abandoned import AbandonedRequests, Watch
 from serving.engine.completion_tensors import CompletionInputs, response_tensors, text_value
 from serving.engine.cpu_engine import LlamaEngine
 from serving.engine.generation import GaveWay, GenerationChunk, GenerationFigures
@@ -32,17 +32,18 @@ class CompletionModel:
     An async generator on purpose: pytriton iterates a plain generator on its event loop, so
     generation would block every other request there, and two requests queued on the engine
     would deadlock (the second blocking the loop the first needs to stream). Generation runs
-    on one dedicated thread instead (requests are served in arrival order) and chunks cross
-    back through an asyncio queue.
+    on one dedicated thread instead (``CompletionJob``: one request, in the order the scheduler
+    admits them) and chunks cross back through an asyncio queue.
     """
 
     def __init__(self, engine: LlamaEngine, status_path: Path | None = None, latency_first: bool = True) -> None:
         self.engine = engine
         self.status_path = status_path
-        # Admission: latency-first (a 5 ms window, urgent requests first, earliest deadline first,
-        # warm-ups last, a prompt giving way to a request due before it) or plain arrival order;
+        # Admission: latency-first (engine time shared between users, then a 5 ms window, urgent requests
+        # first, earliest deadline first, warm-ups last, a running request giving way to the one the scheduler
+        # would choose over it) or plain arrival order;
         # one thread runs what is admitted, since the engine serves one request at a time.
-        self._latency_first = latency_first
+        self.latency_first = latency_first
         self._scheduler: LatencyFirstScheduler[Callable[[], None]] = LatencyFirstScheduler(
             window_s=WINDOW_S if latency_first else 0.0)
         self._ready = threading.Condition()
@@ -57,10 +58,11 @@ class CompletionModel:
             out.append({"ok": np.array([[int(known)]], dtype=np.int32)})
         return out
 
-    def _submit(self, job: Callable[[], None], *, warm: bool, cost_s: float = 0.0,
-                ticket: Ticket | None = None) -> Ticket:
+    def submit(self, job: Callable[[], None], *, warm: bool, cost_s: float = 0.0,
+               ticket: Ticket | None = None, tenant: str | None = None) -> Ticket:
         with self._ready:
-            ticket = self._scheduler.submit(job, warm=warm and self._latency_first, cost_s=cost_s, ticket=ticket)
+            ticket = self._scheduler.submit(job, warm=warm and self.latency_first, cost_s=cost_s, ticket=ticket,
+                                            tenant=tenant)
             self._ready.notify()
         return ticket
 
@@ -76,94 +78,157 @@ class CompletionModel:
                 except Exception:  # e.g. the caller's event loop closed: the next requests still run
                     log.exception("a request's job failed outside the engine")
 
-    def _estimate(self, prompt: str, markers: list[int] | None, cache_key: str | None,
-                  max_tokens: int) -> tuple[list[int], float]:
-        """The prompt's tokens and its expected service time in seconds."""
-        tokens = self.engine.tokenize(prompt, markers)
-        return tokens, self.engine.expected_ms(tokens, cache_key, max_tokens) / 1000
-
-    def _due_before(self, deadline: float) -> bool:
+    def should_give_way(self, ticket: Ticket, ran_s: float) -> bool:
         with self._ready:
-            return self._scheduler.earlier_than(deadline)
+            return self._scheduler.should_give_way(ticket, ran_s)
+
+    def charge(self, tenant: str | None, seconds: float) -> None:
+        with self._ready:
+            self._scheduler.charge(tenant, seconds)
 
     async def __call__(self, requests: list[Any]) -> AsyncIterator[list[dict[str, np.ndarray]]]:
-        # One piece on purpose: the job that runs on the engine thread (``produce``, which queues itself
-        # again when it gives way) and its helpers are closures over this request's queue, event loop,
-        # ticket and watch, which the streaming loop at the end shares with them.
         # Decoupled: each yield is one response per request of this call.
         assert len(requests) == 1, "the CPU engine is bound with max_batch_size=1"
         req = CompletionInputs.of(requests[0].data)
         watch = self.abandoned.watch(req.request_id,
                                      time.monotonic() + req.budget_ms / 1000 if req.budget_ms > 0 else None)
+        job = CompletionJob(self, req, watch, asyncio.get_running_loop())
+        await job.estimate()
+        job.submit()
+        async for response in job.responses():
+            yield response
 
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[GenerationChunk | BaseException | None] = asyncio.Queue()
-        live = req.max_tokens > 0  # max_tokens=0 is a warm-up, which gives way to live requests
-        by_deadline = live and self._latency_first
-        cost_s, tokens = 0.0, None
-        if by_deadline:
-            try:  # tokenizing is CPU work: off the event loop (the engine then uses these tokens)
-                tokens, cost_s = await loop.run_in_executor(None, self._estimate, req.prompt, req.markers,
-                                                            req.cache_key, req.max_tokens)
-            except Exception as exc:  # the engine reports a bad prompt itself; admitted in arrival order
-                log.debug("no cost estimate: %s", exc)
-        ticket: list[Ticket] = []  # set once queued (the engine may start before _submit returns)
+    def write_status(self) -> None:
+        """`ctxpress status` reads the engine's state (pool, speculation, degradations) from here."""
+        if self.status_path is None:
+            return
+        try:
+            tmp = self.status_path.with_suffix(".tmp")
+            with self._ready:
+                st = self._scheduler.stats
+                waits = sorted(st.waits_ms)
+                shares = self._scheduler.share.snapshot(time.monotonic())
+            status = {**self.engine.status(), "abandoned": self.abandoned.snapshot(), "admission": {
+                "latency_first": self.latency_first, "released": st.released, "batches": st.batches,
+                "urgent": st.urgent, "warm": st.warm,
+                "wait_ms_p95": waits[int(0.95 * (len(waits) - 1))] if waits else None,
+                "engine_s_by_user": shares}}
+            # Owner only: the pool's keys name each user's repository and path.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                os.fchmod(f.fileno(), 0o600)  # an older file keeps its mode through O_CREAT
+                f.write(json.dumps(status))
+            tmp.replace(self.status_path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", self.status_path, exc)
 
-        def give_way() -> bool:
-            # an abandoned request stops at its next chunk too, keeping the KV it has processed
-            return watch.abandoned() or (bool(ticket) and self._due_before(ticket[0].deadline))
 
-        def finish_abandoned(stage: str, started: float, figures: GenerationFigures | None = None) -> None:
-            self.abandoned.record(stage, (time.perf_counter() - started) * 1000)
-            done = figures or GenerationFigures(prompt_tokens=len(tokens or ()))
-            done.finish_reason = "cancelled"
-            loop.call_soon_threadsafe(queue.put_nowait, GenerationChunk(text="", figures=done, final=True))
-            self._write_status()
-            loop.call_soon_threadsafe(queue.put_nowait, None)
 
-        def produce(carried: GaveWay | None = None) -> None:
-            if live:
-                self.engine.live_waiting -= 1
-            started = time.perf_counter()
-            if watch.abandoned():  # nobody waits for it any more: never computed
-                finish_abandoned("queued", started)
-                return
-            try:
-                chunks = self.engine.generate(req.prompt, max_tokens=req.max_tokens, temperature=req.temperature,
-                                              stop=req.stop, cache_key=req.cache_key, speculation=req.speculation,
-                                              give_way=give_way if (by_deadline or watch.watched) else None,
-                                              carried=carried, tokens=tokens, markers=req.markers)
-                for chunk in chunks:
-                    if not chunk.final and watch.abandoned():
-                        chunks.close()  # stops between decode steps; the KV so far stays in the pool
-                        finish_abandoned("decode", started, chunk.figures)
-                        return
-                    loop.call_soon_threadsafe(queue.put_nowait, chunk)
-                self.abandoned.record_served((time.perf_counter() - started) * 1000)
-            except GaveWay as stepped:  # queued again with its first arrival and deadline
-                if watch.abandoned():
-                    finish_abandoned("prompt", started)
-                    return
-                self.abandoned.record_served((time.perf_counter() - started) * 1000)
-                log.info("a prompt (%s) gave way to a request due earlier after %d tokens", req.cache_key,
-                         stepped.processed)
-                if live:
-                    self.engine.live_waiting += 1
-                # (the except clause unbinds its name: the job gets the exception as an argument)
-                self._submit(functools.partial(produce, stepped), warm=False, ticket=ticket[0] if ticket else None)
-                return
-            except BaseException as exc:  # handed to the caller, which turns it into a Triton error
-                loop.call_soon_threadsafe(queue.put_nowait, exc)
-            self._write_status()
-            loop.call_soon_threadsafe(queue.put_nowait, None)
+class CompletionJob:
+    """One request: its cost estimated, queued, run on the engine thread (again after each time it gives way,
+    with its first ticket), its chunks handed back to the caller's event loop and streamed as responses."""
 
-        if live:
+    def __init__(self, model: CompletionModel, req: CompletionInputs, watch: Watch,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.model = model
+        self.engine = model.engine
+        self.req = req
+        self.watch = watch
+        self.loop = loop
+        self.queue: asyncio.Queue[GenerationChunk | BaseException | None] = asyncio.Queue()
+        self.live = req.max_tokens > 0  # max_tokens=0 is a warm-up, which gives way to live requests
+        self.by_deadline = self.live and model.latency_first
+        self.tokens: list[int] | None = None
+        self.cost_s = 0.0
+        self.ticket: Ticket | None = None  # set once queued (the engine may start before submit returns)
+        self._run_started = 0.0
+
+    async def estimate(self) -> None:
+        """The prompt's tokens and its expected service time, off the event loop (tokenizing is CPU work)."""
+        if not self.by_deadline:
+            return
+        try:
+            self.tokens, self.cost_s = await self.loop.run_in_executor(None, self._estimate)
+        except Exception as exc:  # the engine reports a bad prompt itself; admitted in arrival order
+            log.debug("no cost estimate: %s", exc)
+
+    def _estimate(self) -> tuple[list[int], float]:
+        req = self.req
+        tokens = self.engine.tokenize(req.prompt, req.markers)
+        return tokens, self.engine.expected_ms(tokens, req.cache_key, req.max_tokens) / 1000
+
+    def submit(self, carried: GaveWay | None = None) -> None:
+        if self.live:
             self.engine.live_waiting += 1
-        ticket.append(self._submit(produce, warm=not live, cost_s=cost_s))
+        ticket = self.model.submit(functools.partial(self.run, carried), warm=not self.live, cost_s=self.cost_s,
+                                   ticket=self.ticket, tenant=self.req.tenant)
+        self.ticket = self.ticket or ticket
+
+    def give_way(self) -> bool:
+        """Asked between prompt chunks and decode steps: an abandoned request stops (its KV kept), and one
+        another request should go before (the scheduler's shares and deadlines) steps aside."""
+        if self.watch.abandoned():
+            return True
+        return (self.by_deadline and self.ticket is not None
+                and self.model.should_give_way(self.ticket, time.perf_counter() - self._run_started))
+
+    def run(self, carried: GaveWay | None = None) -> None:
+        """On the engine thread; its time is charged to the request's user, whatever the outcome."""
+        if self.live:
+            self.engine.live_waiting -= 1
+        self._run_started = time.perf_counter()
+        try:
+            self._run(carried)
+        finally:
+            self.model.charge(self.req.tenant, time.perf_counter() - self._run_started)
+
+    def _run(self, carried: GaveWay | None) -> None:
+        req, started = self.req, self._run_started
+        if self.watch.abandoned():  # nobody waits for it any more: never computed
+            self._finish_abandoned("queued", started)
+            return
+        try:
+            chunks = self.engine.generate(req.prompt, max_tokens=req.max_tokens, temperature=req.temperature,
+                                          stop=req.stop, cache_key=req.cache_key, speculation=req.speculation,
+                                          give_way=self.give_way if (self.by_deadline or self.watch.watched) else None,
+                                          carried=carried, tokens=self.tokens, markers=req.markers)
+            for chunk in chunks:
+                self._put(chunk)
+            self.model.abandoned.record_served((time.perf_counter() - started) * 1000)
+        except GaveWay as stepped:
+            self._gave_way(stepped, started)
+            return
+        except BaseException as exc:  # handed to the caller, which turns it into a Triton error
+            self._put(exc)
+        self.model.write_status()
+        self._put(None)
+
+    def _gave_way(self, stepped: GaveWay, started: float) -> None:
+        if self.watch.abandoned():
+            decoding = stepped.decoding
+            self._finish_abandoned("decode" if decoding else "prompt", started, decoding.figures if decoding else None)
+            return
+        self.model.abandoned.record_served((time.perf_counter() - started) * 1000)
+        log.info("a request (%s) gave way after %s", self.req.cache_key, str(stepped).removeprefix("gave way after "))
+        self.submit(stepped)  # queued again with its first arrival, deadline and user
+
+    def _finish_abandoned(self, stage: str, started: float, figures: GenerationFigures | None = None) -> None:
+        self.model.abandoned.record(stage, (time.perf_counter() - started) * 1000)
+        done = figures or GenerationFigures(prompt_tokens=len(self.tokens or ()))
+        done.finish_reason = "cancelled"
+        self._put(GenerationChunk(text="", figures=done, final=True))
+        self.model.write_status()
+        self._put(None)
+
+    def _put(self, item: GenerationChunk | BaseException | None) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    async def responses(self) -> AsyncIterator[list[dict[str, np.ndarray]]]:
+        req = self.req
         pieces: list[str] = []
         finished = False
         try:
-            while (item := await queue.get()) is not None:
+            while (item := await self.queue.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
                 if item.final:
@@ -177,28 +242,7 @@ class CompletionModel:
         finally:
             # Also when the stream is closed under us (the client went away): the engine drops
             # or stops the request instead of finishing it for nobody.
-            self.abandoned.forget(watch, cancel=not finished)
-
-    def _write_status(self) -> None:
-        """`ctxpress status` reads the engine's state (pool, speculation, degradations) from here."""
-        if self.status_path is None:
-            return
-        try:
-            tmp = self.status_path.with_suffix(".tmp")
-            st = self._scheduler.stats
-            waits = sorted(st.waits_ms)
-            status = {**self.engine.status(), "abandoned": self.abandoned.snapshot(), "admission": {
-                "latency_first": self._latency_first, "released": st.released, "batches": st.batches,
-                "urgent": st.urgent, "warm": st.warm,
-                "wait_ms_p95": waits[int(0.95 * (len(waits) - 1))] if waits else None}}
-            # Owner only: the pool's keys name each user's repository and path.
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                os.fchmod(f.fileno(), 0o600)  # an older file keeps its mode through O_CREAT
-                f.write(json.dumps(status))
-            tmp.replace(self.status_path)
-        except OSError as exc:
-            log.warning("cannot write %s: %s", self.status_path, exc)
+            self.model.abandoned.forget(self.watch, cancel=not finished)
 
 
 def bind_completion_model(triton: Any, engine: LlamaEngine, status_path: Path | None = None,

@@ -70,6 +70,7 @@ class CompletionInputs:
     budget_ms: int  # the caller's deadline from now (0: none)
     markers: list[int] | None  # where the template's special tokens are (None: parse the whole prompt)
     request_id: str | None
+    tenant: str | None  # whose request it is, for the engine's shares between users (the cache salt's keyed hash)
 
     @classmethod
     def of(cls, inputs: dict[str, np.ndarray]) -> CompletionInputs:
@@ -86,4 +87,5 @@ class CompletionInputs:
             budget_ms=int(_scalar(inputs, inference.CTX_DEADLINE_MS, 0)),
             markers=None if raw_markers is None else [int(m) for m in np.asarray(raw_markers).reshape(-1)],
             request_id=text_value(inputs, inference.CTX_REQUEST_ID) or None,
+            tenant=text_value(inputs, inference.CTX_CACHE_SALT) or None,
         )

@@ -3,7 +3,11 @@
 A request leases its file's sequence from the KV pool (or the disk tier) and keeps the prefix it holds; the rest
 of its prompt is processed (a warm-up in small chunks that stop for a live request, a live prompt in chunks
 between which it may give way with ``GaveWay``); then it decodes until a stop, each step verifying the draft
-tokens (n-gram or draft model) in the same batch and accepting them greedily.
+tokens (n-gram or draft model) in the same batch and accepting them greedily. A decoding request may give way
+between two steps too: a long completion would otherwise hold the engine for tens of seconds on a CPU while a
+colleague's keystroke waits. It resumes from its ``Decoding``: its sequence holds the prompt and the tokens
+generated so far, so resuming costs one token's step (the next token's logits), or, where the pool gave the
+sequence to another file meanwhile, processing again what it lost.
 """
 
 from __future__ import annotations
@@ -46,13 +50,24 @@ CONTENDED_WINDOW_S = 10.0
 
 
 @dataclass
+class Decoding:
+    """A request's decoding: the tokens generated (and the text streamed) so far, its speculation and figures."""
+
+    text: StopText
+    choice: SpeculationChoice
+    figures: GenerationFigures
+    generated: list[int] = field(default_factory=list)
+    decode_ms: float = 0.0  # over its runs before this one
+
+
+@dataclass
 class EngineStats:
     requests: int = 0
     draft_failures: int = 0
     speculation_by_method: dict[str, int] = field(default_factory=dict)
     draft_proposed: int = 0
     draft_accepted: int = 0
-    gave_way: int = 0  # prompt processings that stepped aside for a request due earlier
+    gave_way: int = 0  # prompt chunks or decode steps after which a request stepped aside for another
     threads: int = 0  # the last request's threads generating tokens
     fewer_threads: int = 0  # requests that generated on fewer threads than cores: the host was busy
 
@@ -99,18 +114,43 @@ class DecodeLoop:
     ) -> Iterator[GenerationChunk]:
         if not tokens:
             raise ValueError("empty prompt")
+        self._set_threads()
+        if carried is not None and carried.decoding is not None:
+            yield from self._resume(tokens, max_tokens, temperature, cache_key, give_way, carried, carried.decoding)
+            return
         figures = GenerationFigures(prompt_tokens=len(tokens))
         self.stats.requests += 1
-        self._set_threads()
-        slot, reused = self._lease(tokens, max_tokens, cache_key, carried, figures)
+        slot, reused = self._lease(tokens, max_tokens, cache_key, figures)
+        # What an earlier attempt of this request processed is back as a prefix: not from cache.
+        figures.cached_tokens = max(0, reused - (carried.processed if carried else 0))
+        figures.gave_way = carried.times if carried else 0
         if max_tokens <= 0:  # a warm-up: fill the file's KV, never delay a live request
             self._warm_up(slot, tokens[reused:], figures)
             yield GenerationChunk(text="", figures=figures, final=True)
             return
         pending = self._process_prompt(slot, tokens[reused:], temperature, give_way, carried, figures)
-        yield from self._decode(slot, tokens, pending, max_tokens, temperature, stop, mode, figures)
+        choice = self._choose(mode, temperature, max_tokens, tokens)
+        figures.speculation = choice.method
+        self.stats.speculation_by_method[choice.method] = self.stats.speculation_by_method.get(choice.method, 0) + 1
+        yield from self._decode(slot, tokens, pending, max_tokens, temperature, give_way,
+                                Decoding(StopText(stop), choice, figures))
 
-    def _lease(self, tokens: list[int], max_tokens: int, cache_key: str | None, carried: GaveWay | None,
+    def _resume(self, tokens: list[int], max_tokens: int, temperature: float, cache_key: str | None,
+                give_way: Callable[[], bool] | None, carried: GaveWay, state: Decoding) -> Iterator[GenerationChunk]:
+        """Go on decoding a request that gave way: its sequence gives back the prompt and the tokens generated
+        so far (all but the last, whose step gives the next token's logits, or more where it was evicted)."""
+        figures = state.figures
+        figures.gave_way = carried.times
+        history = tokens + state.generated
+        slot, reused = self._lease(history, max_tokens - len(state.generated), cache_key,
+                                   GenerationFigures())  # already counted as processed: not cached again
+        try:
+            pending = self._process_prompt(slot, history[reused:], temperature, give_way, None, GenerationFigures())
+        except GaveWay:
+            raise GaveWay(carried.processed, carried.prompt_ms, carried.times + 1, state) from None
+        yield from self._decode(slot, tokens, pending, max_tokens, temperature, give_way, state)
+
+    def _lease(self, tokens: list[int], max_tokens: int, cache_key: str | None,
                figures: GenerationFigures) -> tuple[Slot, int]:
         """The file's sequence, holding the longest prefix of the prompt it can give back (from the
         pool, or from the disk tier when that gives more); returns it and that prefix's length."""
@@ -123,9 +163,6 @@ class DecodeLoop:
             self.disk.keep(*lease.displaced, seq=seq)
         reused = (lease.reused if self.disk is None
                   else self.disk.restore(cache_key, tokens, slot, lease.reused, figures))
-        # What an earlier attempt of this request processed is back as a prefix: not from cache.
-        figures.cached_tokens = max(0, reused - (carried.processed if carried else 0))
-        figures.gave_way = carried.times if carried else 0
         self.target.remove(seq, reused)
         slot.tokens = tokens[:reused]
         return slot, reused
@@ -168,15 +205,12 @@ class DecodeLoop:
         return pending
 
     def _decode(self, slot: Slot, tokens: list[int], pending: int, max_tokens: int, temperature: float,
-                stop: Sequence[str], mode: str, figures: GenerationFigures) -> Iterator[GenerationChunk]:
-        """Decode from ``pending`` (the token after the prompt ``tokens``) until a stop, streaming the
-        text; when speculating, each step verifies the draft tokens in the same batch."""
+                give_way: Callable[[], bool] | None, state: Decoding) -> Iterator[GenerationChunk]:
+        """Decode from ``pending`` (the token after the prompt ``tokens`` and ``state.generated``) until a stop,
+        streaming the text; when speculating, each step verifies the draft tokens in the same batch. Between two
+        steps it may give way (``GaveWay`` carrying ``state``)."""
         r = self.target
-        choice = self._choose(mode, temperature, max_tokens, tokens)
-        figures.speculation = choice.method
-        self.stats.speculation_by_method[choice.method] = self.stats.speculation_by_method.get(choice.method, 0) + 1
-        generated: list[int] = []
-        text = StopText(stop)
+        figures, choice, generated, text = state.figures, state.choice, state.generated, state.text
         t_decode = time.perf_counter()
 
         def emit(tok: int) -> bool:
@@ -194,7 +228,15 @@ class DecodeLoop:
             return False
 
         done = False
+        steps = 0  # at least one in each run, so a request that runs again always gets on
         while not done:
+            if steps and give_way is not None and give_way():
+                self.stats.gave_way += 1
+                self._contended_at = time.monotonic()
+                state.decode_ms += (time.perf_counter() - t_decode) * 1000
+                raise GaveWay(figures.prompt_tokens - figures.cached_tokens, figures.prompt_ms,
+                              figures.gave_way + 1, state)
+            steps += 1
             if emit(pending):
                 break
             if (out := text.take()):
@@ -220,7 +262,7 @@ class DecodeLoop:
             yield GenerationChunk(text=out, figures=figures)
         figures.completion_tokens = len(generated)
         figures.token_ids = list(generated)
-        figures.decode_ms = (time.perf_counter() - t_decode) * 1000
+        figures.decode_ms = state.decode_ms + (time.perf_counter() - t_decode) * 1000
         figures.kv_bytes = r.seq_bytes(slot.seq_id)
         self.stats.draft_proposed += figures.draft_proposed
         self.stats.draft_accepted += figures.draft_accepted

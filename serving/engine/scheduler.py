@@ -16,9 +16,17 @@ generate, at the engine's measured rates), so a keystroke whose prompt is nearly
 cache (~1 s) is not served after a cold 1,000-token prompt that arrived a moment before it
 (~15 s on 2 cores), and a long request is never pushed back further than by requests due
 before it: its wait is bounded by its own size. Requests submitted without a cost have their
-arrival as deadline (arrival order). ``earlier_than`` tells a running request's prompt
-processing whether a queued live request is due before it, so it can give way between chunks
-and be submitted again with its original arrival and deadline.
+arrival as deadline (arrival order).
+
+Between users (``tenant``: the keyed hash of the user a request carries), engine time is shared
+first: each user's recent engine time is counted (``EngineShare``, halving every
+``SHARE_HALF_LIFE_S``), and only the users within ``SHARE_MARGIN_S`` of the least served one
+are eligible; earliest deadline first among them. Deadlines alone do not share: a flood of long
+requests that waited past their own deadlines would go before every keystroke of a colleague.
+``should_give_way`` tells a running request, between its prompt chunks and its decode steps,
+whether the next choice would be another request (a user clearly less served, or an eligible
+request due before it), so it steps aside and is submitted again with its original ticket.
+The margin keeps two busy users from trading the engine at every step.
 
 The embedded CPU engine serves one request at a time, so there the scheduler decides order
 only; an engine that batches takes the released list as one batch. Pure logic on an
@@ -38,14 +46,21 @@ T = TypeVar("T")
 
 WINDOW_S = 0.005
 HISTORY = 100
+# Engine seconds one user may be ahead of the least served one before the engine goes to the other:
+# a keystroke of a light user waits at most one step for a heavy user's request; two heavy users trade
+# turns of about twice this.
+SHARE_MARGIN_S = 1.0
+SHARE_HALF_LIFE_S = 30.0
+MAX_TENANTS = 1024
 
 
 @dataclass(frozen=True)
 class Ticket:
-    """When a request first arrived and when it is due (arrival + expected service time)."""
+    """When a request first arrived, when it is due (arrival + expected service time), and whose it is."""
 
     arrived: float
     deadline: float
+    tenant: str | None = None
 
 
 @dataclass
@@ -54,6 +69,30 @@ class _Entry(Generic[T]):
     queued: float  # when this entry was queued (a request that gave way: when it was queued again)
     deadline: float
     warm: bool = False
+    tenant: str | None = None
+
+
+class EngineShare:
+    """Each user's recent engine time in seconds, decaying by half every ``half_life_s``."""
+
+    def __init__(self, half_life_s: float = SHARE_HALF_LIFE_S, max_tenants: int = MAX_TENANTS) -> None:
+        self.half_life_s = half_life_s
+        self.max_tenants = max_tenants
+        self._used: dict[str | None, tuple[float, float]] = {}  # tenant -> (seconds, as of)
+
+    def usage(self, tenant: str | None, now: float) -> float:
+        seconds, at = self._used.get(tenant, (0.0, now))
+        return seconds * 0.5 ** (max(0.0, now - at) / self.half_life_s)
+
+    def charge(self, tenant: str | None, seconds: float, now: float) -> None:
+        self._used[tenant] = (self.usage(tenant, now) + max(0.0, seconds), now)
+        if len(self._used) > self.max_tenants:  # the least served have the least to remember
+            for t in sorted(self._used, key=lambda t: self.usage(t, now))[:len(self._used) - self.max_tenants]:
+                del self._used[t]
+
+    def snapshot(self, now: float) -> list[float]:
+        """Recent engine seconds per user, most served first (no names: for the status file)."""
+        return sorted((round(self.usage(t, now), 2) for t in self._used), reverse=True)
 
 
 @dataclass
@@ -66,10 +105,12 @@ class SchedulerStats:
 
 
 class LatencyFirstScheduler(Generic[T]):
-    def __init__(self, *, window_s: float = WINDOW_S, max_batch: int = 8,
+    def __init__(self, *, window_s: float = WINDOW_S, max_batch: int = 8, margin_s: float = SHARE_MARGIN_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.window_s = window_s
         self.max_batch = max_batch
+        self.margin_s = margin_s
+        self.share = EngineShare()
         self._clock = clock
         self._fresh: deque[_Entry[T]] = deque()
         self._warm: deque[_Entry[T]] = deque()
@@ -79,25 +120,43 @@ class LatencyFirstScheduler(Generic[T]):
     def __len__(self) -> int:
         return len(self._fresh) + len(self._warm)
 
-    def submit(self, item: T, *, warm: bool = False, cost_s: float = 0.0, ticket: Ticket | None = None) -> Ticket:
-        """Queue ``item`` (``cost_s``: its expected service time). ``ticket``: a request that gave
-        way is queued again with the ticket of its first submission: it keeps its arrival and
-        deadline, and is not counted as a new arrival."""
+    def submit(self, item: T, *, warm: bool = False, cost_s: float = 0.0, ticket: Ticket | None = None,
+               tenant: str | None = None) -> Ticket:
+        """Queue ``item`` (``cost_s``: its expected service time; ``tenant``: whose it is). ``ticket``:
+        a request that gave way is queued again with the ticket of its first submission: it keeps
+        its arrival, deadline and tenant, and is not counted as a new arrival."""
         now = self._clock()
         if warm:
-            self._warm.append(_Entry(item, now, math.inf, warm=True))
-            return Ticket(now, math.inf)
+            self._warm.append(_Entry(item, now, math.inf, warm=True, tenant=tenant))
+            return Ticket(now, math.inf, tenant)
         if ticket is None:
             self._arrivals.append(now)
-            ticket = Ticket(now, now + cost_s)
+            ticket = Ticket(now, now + cost_s, tenant)
         # Urgency counts from now even for a request queued again: it would otherwise go before
         # the very request it gave way to (urgent first), only to give way again a chunk later.
-        self._fresh.append(_Entry(item, now, ticket.deadline))
+        self._fresh.append(_Entry(item, now, ticket.deadline, tenant=ticket.tenant))
         return ticket
 
-    def earlier_than(self, deadline: float) -> bool:
-        """Whether a queued live request is due before ``deadline`` (a running one's)."""
-        return any(e.deadline < deadline for e in self._fresh)
+    def charge(self, tenant: str | None, seconds: float) -> None:
+        """Count ``seconds`` of engine time (one run of a request, up to its end or its giving way)."""
+        self.share.charge(tenant, seconds, self._clock())
+
+    def _eligible_cap(self, usage: dict[str | None, float]) -> float:
+        return min(usage.values()) + self.margin_s
+
+    def should_give_way(self, running: Ticket, ran_s: float = 0.0) -> bool:
+        """Whether the running request (its ticket; ``ran_s``: engine seconds of this run, not yet
+        charged) should step aside: a queued live request of a user clearly less served than its
+        own, or one of an eligible user due before it."""
+        if not self._fresh:
+            return False
+        now = self._clock()
+        usage = {e.tenant: self.share.usage(e.tenant, now) for e in self._fresh}
+        usage[running.tenant] = self.share.usage(running.tenant, now) + ran_s
+        cap = self._eligible_cap(usage)
+        if usage[running.tenant] > cap:
+            return True
+        return any(usage[e.tenant] <= cap and e.deadline < running.deadline for e in self._fresh)
 
     def mean_interarrival_s(self) -> float | None:
         if len(self._arrivals) < 2:
@@ -126,10 +185,12 @@ class LatencyFirstScheduler(Generic[T]):
             size = self.batch_size()
             oldest = min(e.queued for e in self._fresh)
             if n_urgent or len(self._fresh) >= size or now - oldest >= self.window_s:
-                # urgent first, then fresh ones, each by deadline, up to the batch size
                 take = max(size, n_urgent)
                 take = min(take, limit) if limit else take
-                chosen = sorted(self._fresh, key=lambda e: (not urgent(e), e.deadline))[:take]
+                usage = {e.tenant: self.share.usage(e.tenant, now) for e in self._fresh}
+                cap = self._eligible_cap(usage)
+                # the least served users first, then urgent ones, each by deadline
+                chosen = sorted(self._fresh, key=lambda e: (usage[e.tenant] > cap, not urgent(e), e.deadline))[:take]
                 for e in chosen:
                     self._fresh.remove(e)
                 self.stats.urgent += sum(map(urgent, chosen))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from ctxpress.evaluation.busy import BackgroundLoad
 from serving.engine.cpu_engine import LlamaEngine
 from serving.engine.decode_loop import YIELD_CHUNK
 from serving.engine.engine_config import EngineConfig
-from serving.engine.generation import GaveWay
+from serving.engine.generation import GaveWay, GenerationFigures
 from serving.fim import STOP_WORDS
 from tests.serving.prompts import fim_prompts as _prompts
 
@@ -149,6 +150,78 @@ def test_a_prompt_that_gives_way_resumes_where_it_stopped(engine: LlamaEngine) -
     assert engine.pool.stats.reused_tokens - reused_before == stepped.value.processed + resumed.cached_tokens  # type: ignore[attr-defined]
     cold_text, _ = _run(engine, prompt, speculation="none", cache_key="gave-way-cold")
     assert resumed_text == cold_text
+
+
+def _decode_gives_way_once(engine: LlamaEngine, prompt: str, key: str, after_steps: int) -> tuple[GaveWay, str]:
+    """Run ``prompt`` until it gives way between two decode steps (its prompt processed beforehand, so every
+    question comes from the decode loop); returns how it stopped and the text it streamed."""
+    engine.prefill(prompt, key)
+    asked: list[int] = []
+
+    def give_way() -> bool:
+        asked.append(1)
+        return len(asked) == after_steps
+
+    streamed: list[str] = []
+    with pytest.raises(GaveWay) as stepped:
+        for chunk in engine.generate(prompt, max_tokens=24, stop=STOP_WORDS, speculation="none", cache_key=key,
+                                     give_way=give_way):
+            streamed.append(chunk.text)
+    decoding = stepped.value.decoding
+    assert decoding is not None and len(decoding.generated) == after_steps
+    return stepped.value, "".join(streamed)
+
+
+@pytest.fixture
+def fixed_threads(engine: LlamaEngine) -> Iterator[None]:
+    """Every decode on all cores: a different thread count rounds differently, and greedy output at a near tie
+    follows (the adaptive count follows the host's load)."""
+    host_load, engine.host_load = engine.host_load, None
+    cores = os.cpu_count() or 1
+    engine.target.set_threads(cores, cores)
+    try:
+        yield
+    finally:
+        engine.host_load = host_load
+
+
+def _pause_and_resume(engine: LlamaEngine, evicted: bool) -> tuple[str, str, GenerationFigures]:
+    """The completion of a prompt run without a pause, and of the same prompt that gave way after three decode
+    steps while other files ran (one, which the pool of two keeps it beside, or two, which take its sequence);
+    checks that nothing was streamed twice or lost across the pause."""
+    prompt = _prompts()[1]
+    engine.prefill(prompt, f"uninterrupted-{evicted}")
+    whole_text, whole = _run(engine, prompt, speculation="none", cache_key=f"uninterrupted-{evicted}")
+    assert whole.completion_tokens > 4  # type: ignore[attr-defined]  (room to stop in the middle)
+    key = f"decode-gives-way-{evicted}"
+    stepped, streamed = _decode_gives_way_once(engine, prompt, key, after_steps=3)
+    generated = list(stepped.decoding.generated)  # type: ignore[union-attr]  (resuming goes on with that list)
+    for other in (["other-a"] if not evicted else ["other-a", "other-b"]):
+        _run(engine, _prompts()[0], speculation="none", cache_key=other)
+    assert (key in [s.key for s in engine.pool.slots]) is not evicted
+    chunks = list(engine.generate(prompt, max_tokens=24, stop=STOP_WORDS, speculation="none",
+                                  cache_key=key, carried=stepped))
+    resumed = chunks[-1].figures
+    text = streamed + "".join(c.text for c in chunks)
+    assert resumed.gave_way == 1 and resumed.token_ids[:3] == generated
+    spelled = b"".join(engine.target.token_bytes(t) for t in resumed.token_ids).decode("utf-8", "replace")
+    assert spelled.startswith(text) and len(spelled) - len(text) <= max(map(len, STOP_WORDS))  # up to a stop
+    return whole_text, text, resumed
+
+
+@pytest.mark.usefixtures("fixed_threads")
+def test_a_decoding_request_that_gives_way_resumes_to_the_completion_it_would_have_made(engine: LlamaEngine) -> None:
+    whole_text, text, _ = _pause_and_resume(engine, evicted=False)
+    assert text == whole_text  # its KV kept: the same greedy decoding, paused
+
+
+@pytest.mark.usefixtures("fixed_threads")
+def test_a_decoding_request_evicted_while_it_gave_way_resumes_without_losing_its_text(engine: LlamaEngine) -> None:
+    # The prompt and the tokens so far are processed again in one batch: from there greedy output may differ
+    # from the uninterrupted run at a near tie (the batch-width rounding measured above), so only the
+    # continuity is checked.
+    _, text, resumed = _pause_and_resume(engine, evicted=True)
+    assert resumed.completion_tokens > 3 and text
 
 
 def test_kv_memory_is_reported_per_sequence(engine: LlamaEngine) -> None:

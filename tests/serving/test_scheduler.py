@@ -1,4 +1,5 @@
-"""The latency-first scheduler on a fake clock: window, urgent queue, adaptive batch, warm-ups last."""
+"""The latency-first scheduler on a fake clock: window, urgent queue, adaptive batch, warm-ups last, engine time
+shared between users."""
 
 from __future__ import annotations
 
@@ -94,11 +95,11 @@ def test_a_running_prompt_gives_way_only_to_requests_due_before_it() -> None:
     assert s.next_batch(limit=1) == ["cold prompt"]  # running now
     clock.advance(2000)
     s.submit("keystroke", cost_s=1.0)  # due 3 s after the cold prompt arrived, before its 15 s
-    assert s.earlier_than(cold.deadline)
+    assert s.should_give_way(cold, ran_s=2.0)
     assert s.next_batch(limit=1) == ["keystroke"]
     clock.advance(12_500)
     s.submit("late keystroke", cost_s=1.0)  # due 15.5 s after: the cold prompt has waited long enough
-    assert not s.earlier_than(cold.deadline)
+    assert not s.should_give_way(cold, ran_s=14.5)
 
 
 def test_a_request_that_gave_way_keeps_its_arrival_and_deadline() -> None:
@@ -113,3 +114,68 @@ def test_a_request_that_gave_way_keeps_its_arrival_and_deadline() -> None:
     clock.advance(1)
     assert s.next_batch(limit=1) == ["keystroke"]  # due first, though the cold prompt is older
     assert s.next_batch(limit=1) == ["cold prompt, again"]
+
+
+def _flooded(clock: Clock) -> tuple[LatencyFirstScheduler[str], list[object]]:
+    """alice has had 40 s of engine time and queued long requests a minute ago (their deadlines are past)."""
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock)
+    s.charge("alice", 40.0)
+    tickets = [s.submit(f"alice {i}", cost_s=30.0, tenant="alice") for i in range(4)]
+    clock.advance(60_000)
+    return s, tickets
+
+
+def test_a_light_users_keystroke_goes_before_a_heavy_users_requests_long_past_their_deadlines() -> None:
+    clock = Clock()
+    s, _ = _flooded(clock)
+    s.submit("bob types", cost_s=1.0, tenant="bob")  # due after every one of alice's: deadlines alone would wait
+    clock.advance(10)
+    assert s.next_batch(limit=1) == ["bob types"]
+    assert s.next_batch(limit=1) == ["alice 0"]  # then alice's, by deadline
+
+
+def test_a_heavy_users_running_request_gives_way_to_a_light_users_but_not_to_her_own_later_ones() -> None:
+    clock = Clock()
+    s, tickets = _flooded(clock)
+    assert s.next_batch(limit=1) == ["alice 0"]
+    assert not s.should_give_way(tickets[0], ran_s=20.0)  # only her own, due later, are queued
+    s.submit("bob types", cost_s=1.0, tenant="bob")
+    assert s.should_give_way(tickets[0], ran_s=0.1)  # a step later, bob goes first
+    clock.advance(10)
+    assert s.next_batch(limit=1) == ["bob types"]
+
+
+def test_two_busy_users_trade_the_engine_only_past_the_margin() -> None:
+    clock = Clock()
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock, margin_s=1.0)
+    s.charge("alice", 5.0)
+    s.charge("carol", 5.0)
+    alice = s.submit("alice", cost_s=30.0, tenant="alice")
+    assert s.next_batch(limit=1) == ["alice"]
+    s.submit("carol", cost_s=30.0, tenant="carol")  # due later than alice's
+    assert not s.should_give_way(alice, ran_s=0.9)  # within the margin: no trading at every step
+    assert s.should_give_way(alice, ran_s=1.1)  # past it: carol's turn
+    s.charge("alice", 1.1)
+    clock.advance(10)
+    assert s.next_batch(limit=1) == ["carol"]
+
+
+def test_a_single_users_request_never_gives_way_to_its_own_later_ones_however_long_it_runs() -> None:
+    clock = Clock()
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock)
+    first = s.submit("first", cost_s=30.0)
+    assert s.next_batch(limit=1) == ["first"]
+    s.charge(None, 100.0)
+    clock.advance(5000)
+    s.submit("second", cost_s=30.0)
+    assert not s.should_give_way(first, ran_s=500.0)
+
+
+def test_engine_time_is_forgotten_by_half_every_half_life() -> None:
+    clock = Clock()
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock)
+    s.charge("alice", 8.0)
+    clock.advance(s.share.half_life_s * 1000)
+    assert abs(s.share.usage("alice", clock()) - 4.0) < 1e-9
+    assert s.share.usage("bob", clock()) == 0.0
+    assert s.share.snapshot(clock()) == [4.0]  # figures only: no user's name
