@@ -119,7 +119,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         from ctxpress.evaluation.fairness_bench import main as fairness
 
         return fairness(cfg, next(iter(args.file), third_party_root() / "engine" / "result.py"), args.engine,
-                        settings)
+                        settings, args.flood_nice)
     if "load" in scenarios:
         if scenarios != ["load"]:
             print("error: --scenario load runs alone (it measures the appliance's memory)", file=sys.stderr)

@@ -89,8 +89,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="the background load's nice level: 10 (default) as a build that lowers its priority, "
                          "0 as a test run started in a terminal")
     be.add_argument("--engine", choices=["scripted", "triton"], default="scripted",
-                    help="fairness: the scripted engine (earliest deadline first, one step at a time; no model) or "
-                         "the running appliance's Triton (its CPU engine)")
+                    help="fairness: the scripted engine (the CPU engine's scheduler, one step at a time; no model) "
+                         "or the running appliance's Triton (its CPU engine)")
+    be.add_argument("--flood-nice", type=int, default=19, metavar="NICE",
+                    help="fairness: the nice level of alice's flooding client: 19 (default) as if it ran on her own "
+                         "machine, 0 to have it compete for this host's CPU too")
     be.set_defaults(func=cmd_bench)
 
     st = sub.add_parser("stats", help="summarise per-request telemetry")

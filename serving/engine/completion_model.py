@@ -107,12 +107,12 @@ class CompletionModel:
             with self._ready:
                 st = self._scheduler.stats
                 waits = sorted(st.waits_ms)
-                shares = self._scheduler.share.snapshot(time.monotonic())
+                shares = self._scheduler.share.snapshot()
             status = {**self.engine.status(), "abandoned": self.abandoned.snapshot(), "admission": {
                 "latency_first": self.latency_first, "released": st.released, "batches": st.batches,
                 "urgent": st.urgent, "warm": st.warm,
                 "wait_ms_p95": waits[int(0.95 * (len(waits) - 1))] if waits else None,
-                "engine_s_by_user": shares}}
+                "engine_s_ahead_by_user": shares}}
             # Owner only: the pool's keys name each user's repository and path.
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as f:

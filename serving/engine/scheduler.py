@@ -19,14 +19,19 @@ before it: its wait is bounded by its own size. Requests submitted without a cos
 arrival as deadline (arrival order).
 
 Between users (``tenant``: the keyed hash of the user a request carries), engine time is shared
-first: each user's recent engine time is counted (``EngineShare``, halving every
-``SHARE_HALF_LIFE_S``), and only the users within ``SHARE_MARGIN_S`` of the least served one
-are eligible; earliest deadline first among them. Deadlines alone do not share: a flood of long
-requests that waited past their own deadlines would go before every keystroke of a colleague.
-``should_give_way`` tells a running request, between its prompt chunks and its decode steps,
-whether the next choice would be another request (a user clearly less served, or an eligible
-request due before it), so it steps aside and is submitted again with its original ticket.
-The margin keeps two busy users from trading the engine at every step.
+first, by start-time fair queuing (``EngineShare``): each user has a tag, the engine seconds it was
+served, and the engine's virtual time is the tag of the user it last chose; a user who asks after
+being idle starts at most ``ARRIVAL_CREDIT_S`` behind that time (what idling banks is bounded, and
+it refills only as others are served), a user who kept it busy from its own tag. Only users whose
+tag is within ``SHARE_MARGIN_S`` of the lowest are eligible; earliest deadline first among them.
+So a colleague who types, and is idle between keystrokes, is served at once and without sharing
+for up to that credit per keystroke, however much another has queued; two users who both keep the
+engine busy get half each.
+Deadlines alone do not share: a flood of long requests that waited past their own deadlines
+would go before every keystroke of a colleague. ``should_give_way`` tells a running request,
+between its prompt chunks and its decode steps, whether the next choice would be another request
+(a user clearly less served, or an eligible request due before it), so it steps aside and is
+submitted again with its original ticket. The margin keeps two busy users from trading the engine at every step.
 
 The embedded CPU engine serves one request at a time, so there the scheduler decides order
 only; an engine that batches takes the released list as one batch. Pure logic on an
@@ -47,10 +52,13 @@ T = TypeVar("T")
 WINDOW_S = 0.005
 HISTORY = 100
 # Engine seconds one user may be ahead of the least served one before the engine goes to the other:
-# a keystroke of a light user waits at most one step for a heavy user's request; two heavy users trade
-# turns of about twice this.
+# a keystroke of a user back from idle waits at most one step for a busy user's request; two busy users
+# trade turns of about twice this.
 SHARE_MARGIN_S = 1.0
-SHARE_HALF_LIFE_S = 30.0
+# Engine seconds a user back from idle may be behind the engine's virtual time: a keystroke's request runs to
+# its end before a busy colleague's turn comes back, even on a slow host under load (a request of ~1 s alone
+# took ~6 s beside a flood on 2 cores).
+ARRIVAL_CREDIT_S = 10.0
 MAX_TENANTS = 1024
 
 
@@ -73,26 +81,34 @@ class _Entry(Generic[T]):
 
 
 class EngineShare:
-    """Each user's recent engine time in seconds, decaying by half every ``half_life_s``."""
+    """Each user's tag in engine seconds, against the engine's virtual time (start-time fair queuing)."""
 
-    def __init__(self, half_life_s: float = SHARE_HALF_LIFE_S, max_tenants: int = MAX_TENANTS) -> None:
-        self.half_life_s = half_life_s
+    def __init__(self, credit_s: float = ARRIVAL_CREDIT_S, max_tenants: int = MAX_TENANTS) -> None:
+        self.credit_s = credit_s
         self.max_tenants = max_tenants
-        self._used: dict[str | None, tuple[float, float]] = {}  # tenant -> (seconds, as of)
+        self.virtual = 0.0  # the tag of the user chosen last
+        self._tags: dict[str | None, float] = {}
 
-    def usage(self, tenant: str | None, now: float) -> float:
-        seconds, at = self._used.get(tenant, (0.0, now))
-        return seconds * 0.5 ** (max(0.0, now - at) / self.half_life_s)
+    def tag(self, tenant: str | None) -> float:
+        return self._tags.get(tenant, self.virtual - self.credit_s)
 
-    def charge(self, tenant: str | None, seconds: float, now: float) -> None:
-        self._used[tenant] = (self.usage(tenant, now) + max(0.0, seconds), now)
-        if len(self._used) > self.max_tenants:  # the least served have the least to remember
-            for t in sorted(self._used, key=lambda t: self.usage(t, now))[:len(self._used) - self.max_tenants]:
-                del self._used[t]
+    def arrive(self, tenant: str | None) -> None:
+        """A request of ``tenant`` is queued: a user far behind (idle) starts at most the credit behind."""
+        self._tags[tenant] = max(self.tag(tenant), self.virtual - self.credit_s)
+        if len(self._tags) > self.max_tenants:  # those furthest behind start from the virtual time anyway
+            for t in sorted(self._tags, key=self.tag)[:len(self._tags) - self.max_tenants]:
+                del self._tags[t]
 
-    def snapshot(self, now: float) -> list[float]:
-        """Recent engine seconds per user, most served first (no names: for the status file)."""
-        return sorted((round(self.usage(t, now), 2) for t in self._used), reverse=True)
+    def chosen(self, tenant: str | None) -> None:
+        self.virtual = max(self.virtual, self.tag(tenant))
+
+    def charge(self, tenant: str | None, seconds: float) -> None:
+        self._tags[tenant] = self.tag(tenant) + max(0.0, seconds)
+
+    def snapshot(self) -> list[float]:
+        """How far each user is ahead of the engine's virtual time, in seconds, most served first (no names:
+        for the status file)."""
+        return sorted((round(tag - self.virtual, 2) for tag in self._tags.values()), reverse=True)
 
 
 @dataclass
@@ -106,11 +122,11 @@ class SchedulerStats:
 
 class LatencyFirstScheduler(Generic[T]):
     def __init__(self, *, window_s: float = WINDOW_S, max_batch: int = 8, margin_s: float = SHARE_MARGIN_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 credit_s: float = ARRIVAL_CREDIT_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.window_s = window_s
         self.max_batch = max_batch
         self.margin_s = margin_s
-        self.share = EngineShare()
+        self.share = EngineShare(credit_s)
         self._clock = clock
         self._fresh: deque[_Entry[T]] = deque()
         self._warm: deque[_Entry[T]] = deque()
@@ -126,6 +142,7 @@ class LatencyFirstScheduler(Generic[T]):
         a request that gave way is queued again with the ticket of its first submission: it keeps
         its arrival, deadline and tenant, and is not counted as a new arrival."""
         now = self._clock()
+        self.share.arrive(ticket.tenant if ticket is not None else tenant)
         if warm:
             self._warm.append(_Entry(item, now, math.inf, warm=True, tenant=tenant))
             return Ticket(now, math.inf, tenant)
@@ -139,10 +156,10 @@ class LatencyFirstScheduler(Generic[T]):
 
     def charge(self, tenant: str | None, seconds: float) -> None:
         """Count ``seconds`` of engine time (one run of a request, up to its end or its giving way)."""
-        self.share.charge(tenant, seconds, self._clock())
+        self.share.charge(tenant, seconds)
 
-    def _eligible_cap(self, usage: dict[str | None, float]) -> float:
-        return min(usage.values()) + self.margin_s
+    def _eligible_cap(self, tags: dict[str | None, float]) -> float:
+        return min(tags.values()) + self.margin_s
 
     def should_give_way(self, running: Ticket, ran_s: float = 0.0) -> bool:
         """Whether the running request (its ticket; ``ran_s``: engine seconds of this run, not yet
@@ -150,13 +167,12 @@ class LatencyFirstScheduler(Generic[T]):
         own, or one of an eligible user due before it."""
         if not self._fresh:
             return False
-        now = self._clock()
-        usage = {e.tenant: self.share.usage(e.tenant, now) for e in self._fresh}
-        usage[running.tenant] = self.share.usage(running.tenant, now) + ran_s
-        cap = self._eligible_cap(usage)
-        if usage[running.tenant] > cap:
+        tags = {e.tenant: self.share.tag(e.tenant) for e in self._fresh}
+        tags[running.tenant] = self.share.tag(running.tenant) + ran_s
+        cap = self._eligible_cap(tags)
+        if tags[running.tenant] > cap:
             return True
-        return any(usage[e.tenant] <= cap and e.deadline < running.deadline for e in self._fresh)
+        return any(tags[e.tenant] <= cap and e.deadline < running.deadline for e in self._fresh)
 
     def mean_interarrival_s(self) -> float | None:
         if len(self._arrivals) < 2:
@@ -187,17 +203,20 @@ class LatencyFirstScheduler(Generic[T]):
             if n_urgent or len(self._fresh) >= size or now - oldest >= self.window_s:
                 take = max(size, n_urgent)
                 take = min(take, limit) if limit else take
-                usage = {e.tenant: self.share.usage(e.tenant, now) for e in self._fresh}
-                cap = self._eligible_cap(usage)
+                tags = {e.tenant: self.share.tag(e.tenant) for e in self._fresh}
+                cap = self._eligible_cap(tags)
                 # the least served users first, then urgent ones, each by deadline
-                chosen = sorted(self._fresh, key=lambda e: (usage[e.tenant] > cap, not urgent(e), e.deadline))[:take]
+                chosen = sorted(self._fresh, key=lambda e: (tags[e.tenant] > cap, not urgent(e), e.deadline))[:take]
                 for e in chosen:
                     self._fresh.remove(e)
+                    self.share.chosen(e.tenant)
                 self.stats.urgent += sum(map(urgent, chosen))
                 return self._release(chosen, now)
             return []
         if self._warm:
-            return self._release([self._warm.popleft()], now)
+            warm = self._warm.popleft()
+            self.share.chosen(warm.tenant)
+            return self._release([warm], now)
         return []
 
     def wait_s(self) -> float | None:

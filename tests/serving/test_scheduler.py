@@ -141,6 +141,7 @@ def test_a_heavy_users_running_request_gives_way_to_a_light_users_but_not_to_her
     assert not s.should_give_way(tickets[0], ran_s=20.0)  # only her own, due later, are queued
     s.submit("bob types", cost_s=1.0, tenant="bob")
     assert s.should_give_way(tickets[0], ran_s=0.1)  # a step later, bob goes first
+    s.charge("alice", 0.1)  # her run so far, charged as it gives way
     clock.advance(10)
     assert s.next_batch(limit=1) == ["bob types"]
 
@@ -171,11 +172,33 @@ def test_a_single_users_request_never_gives_way_to_its_own_later_ones_however_lo
     assert not s.should_give_way(first, ran_s=500.0)
 
 
-def test_engine_time_is_forgotten_by_half_every_half_life() -> None:
+def _serve(s: LatencyFirstScheduler[str], clock: Clock, name: str, tenant: str, seconds: float,
+           cost_s: float = 1.0) -> None:
+    """``tenant`` asks, is chosen and runs for ``seconds``."""
+    s.submit(name, cost_s=cost_s, tenant=tenant)
+    clock.advance(10)
+    assert s.next_batch(limit=1) == [name]
+    clock.advance(seconds * 1000)
+    s.charge(tenant, seconds)
+
+
+def test_a_user_back_from_idle_goes_first_for_at_most_the_arrival_credit() -> None:
     clock = Clock()
-    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock)
-    s.charge("alice", 8.0)
-    clock.advance(s.share.half_life_s * 1000)
-    assert abs(s.share.usage("alice", clock()) - 4.0) < 1e-9
-    assert s.share.usage("bob", clock()) == 0.0
-    assert s.share.snapshot(clock()) == [4.0]  # figures only: no user's name
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock, margin_s=1.0, credit_s=10.0)
+    for i in range(10):  # alice alone for 100 s
+        _serve(s, clock, f"alice {i}", "alice", 10.0)
+    s.submit("alice again", cost_s=30.0, tenant="alice")  # she is 10 s ahead of the engine's time: her last run
+    bob_served = 0.0
+    while True:  # bob, idle all along, asks again and again, each due long before alice's
+        s.submit("bob", cost_s=1.0, tenant="bob")
+        clock.advance(10)
+        chosen = s.next_batch(limit=1)
+        if chosen == ["alice again"]:
+            break
+        assert chosen == ["bob"]
+        clock.advance(2000)
+        s.charge("bob", 2.0)
+        bob_served += 2.0
+    # his credit (10 s) and her lead (10 s), give or take the margin: not the 100 s she had before he came
+    assert 18.0 <= bob_served <= 22.0
+    assert s.share.snapshot()[0] > 0  # figures only: no user's name
