@@ -46,9 +46,6 @@ class AssemblyOptions:
     steady_excerpts: bool = _switch("steady_excerpts")
     stable_head: bool = _switch("stable_head")
     head_share: float = DEFAULT_HEAD_SHARE  # stable_head: the head's share of the budget
-    # model-written notes of the file's opaque blocks, by syntax.notes.note_key (feature model_notes: the worker
-    # reads them from the index); each is shown in its block's summary where the docstring would be
-    notes: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def with_features(cls, features: Mapping[str, bool], **options: Any) -> AssemblyOptions:

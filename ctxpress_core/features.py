@@ -18,6 +18,9 @@ class Feature:
 
 
 REGISTRY: dict[str, Feature] = {}
+# Switches measured and removed (docs/context.md): the v1 wire format named them, so a client that still sends one
+# is not refused for it; it is dropped on arrival and changes nothing.
+RETIRED: frozenset[str] = frozenset({"model_notes"})
 
 
 def register(name: str, description: str, default: bool = True) -> Feature:
@@ -76,6 +79,4 @@ register("follow_up", "when a suggestion is answered, the one after it (as if it
          "while nothing else waits on the engine, and answers the request an editor sends after a Tab", default=False)
 register("early_stop", "the engine stops once the text the editor gets can no longer change (a mid-line cursor's "
          "line ended, the code after the cursor re-typed, the block left); off: it runs to max_tokens")
-register("model_notes", "a one-line note the model wrote at indexing time (CTXPRESS_WRITE_NOTES), shown in the "
-         "summary of a block with an opaque name and no docstring (syntax/notes.py)", default=False)
 register("prewarm", "on file_opened, process the stable part of the file's prompt in the background")

@@ -167,12 +167,6 @@ class Settings(BaseSettings):
     retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
     retrieval_top_k: int = 6
     retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see context/sources/retrieval.py)
-    # Model-written notes (syntax/notes.py): the completion worker writes them for the index's opaque blocks
-    # once no request has reached it for idle_s, one at a time, each given up when a request arrives. Off by
-    # default, as is the feature that shows them (model_notes): see docs/context.md for what they measured.
-    write_notes: bool = False
-    notes_idle_s: float = Field(default=5.0, ge=0)
-    notes_max_tokens: int = Field(default=32, ge=8, le=96)
 
     # Supervisor (ctxpress/supervisor.py): restarts an embedded part whose process is gone, after a backoff
     # doubling from initial to max that starts over once the part has stayed up reset_s.

@@ -2,6 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from ctxpress_core.errors import UnsupportedLanguage
+from ctxpress_core.features import RETIRED
 from ctxpress_core.wire.v1 import CompletionRequest, FileOpened, content_hash
 
 
@@ -55,3 +56,14 @@ def test_file_opened_carries_the_requests_switches_and_refuses_unknown_ones() ->
     assert opened.features == {"stable_head": True} and opened.line is None
     with pytest.raises(ValidationError, match="unknown features"):
         FileOpened.model_validate_json('{"repository": "r", "path": "a.py", "text": "", "features": {"warp": true}}')
+
+
+def test_a_retired_switch_is_accepted_and_dropped() -> None:
+    """A switch measured and removed was part of the v1 format: a client still sending it gets its completion."""
+    for name in RETIRED:
+        request = CompletionRequest.model_validate(base(features={name: True, "similar": False}))
+        assert request.features == {"similar": False}
+        opened = FileOpened.model_validate({"repository": "r", "path": "a.py", "text": "", "features": {name: True}})
+        assert opened.features == {}
+    with pytest.raises(ValidationError, match="unknown features"):
+        CompletionRequest.model_validate(base(features={"warp": True}))

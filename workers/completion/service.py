@@ -21,7 +21,6 @@ from context import prompt
 from context.build import ContextLibrary, Prompt
 from context.packing.tokens import memo_sizes
 from context.prepare import Prepared
-from context.sources.notes import NoteReader
 from context.sources.retrieval import Retriever
 from context.sources.window import MAX_LINE_CHARS, longest_line
 from context.warm import warm_file
@@ -43,9 +42,9 @@ from ctxpress_core.wire.v1 import (
 from serving.engine_api import CompletionEngine, CompletionResult, complete
 from serving.fim import STOP_WORDS
 from workers import metrics
+from workers.completion.activity import Activity
 from workers.completion.engine_load import EngineLoad
 from workers.completion.follow_up import Asked, FollowUps, accepted
-from workers.completion.notes import Activity
 from workers.completion.observe import Observer, observe_retrieval
 from workers.completion.prewarms import LatestPerUser
 from workers.completion.request import parse_request, within_size_limit
@@ -73,7 +72,6 @@ class CompletionService:
         telemetry: TelemetryWriter | None = None,
         retriever: Retriever | None = None,
         grants: Grants | None = None,
-        notes: NoteReader | None = None,
     ) -> None:
         self.settings = settings
         self.grants = grants  # team mode: each request's user (from its subject) must hold a grant for its repository
@@ -82,8 +80,8 @@ class CompletionService:
         self.model_name = model_name
         self.files = FileStore()
         self.library = ContextLibrary(settings, count_tokens, model_name)
-        self.retriever, self.notes = retriever, notes  # None: no index (no cross-file chunks, no notes)
-        self.activity = Activity()  # the note writer keeps off the engine while a request is held
+        self.retriever = retriever  # None: no index (no cross-file chunks)
+        self.activity = Activity()  # when a request last reached this worker, and how many it holds
         self.observe = Observer(telemetry)
         self.engine_load = EngineLoad(slots=settings.kv_pool_slots)
         self._file_tokens_cache: dict[str, int] = {}
@@ -157,7 +155,7 @@ class CompletionService:
         """The pipeline: context, admission, inference, reply."""
         started = time.perf_counter()
         self.engine_load.admit(self._time_left(request, received_at), caller.user)  # before the context work, too
-        built = await self.library.build_prompt(request, caller.view(text, digest), self.retriever, self.notes)
+        built = await self.library.build_prompt(request, caller.view(text, digest), self.retriever)
         prepared = built.prepared
         observe_retrieval(prepared.report.retrieval)
         context_ms = (time.perf_counter() - started) * 1000
