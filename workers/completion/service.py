@@ -42,7 +42,6 @@ from ctxpress_core.wire.v1 import (
 from serving.engine_api import CompletionEngine, CompletionResult, complete
 from serving.fim import STOP_WORDS
 from workers import metrics
-from workers.completion.activity import Activity
 from workers.completion.engine_load import EngineLoad
 from workers.completion.follow_up import Asked, FollowUps, accepted
 from workers.completion.observe import Observer, observe_retrieval
@@ -81,7 +80,6 @@ class CompletionService:
         self.files = FileStore()
         self.library = ContextLibrary(settings, count_tokens, model_name)
         self.retriever = retriever  # None: no index (no cross-file chunks)
-        self.activity = Activity()  # when a request last reached this worker, and how many it holds
         self.observe = Observer(telemetry)
         self.engine_load = EngineLoad(slots=settings.kv_pool_slots)
         self._file_tokens_cache: dict[str, int] = {}

@@ -107,9 +107,7 @@ async def _subscribe(nc: Client, settings: Settings, service: CompletionService,
 
     async def reply(msg: Msg, received_at: float) -> None:
         user = subject_user(msg.subject)
-        with service.activity.request():
-            payload = await within_share(limits, user, lambda: service.handle(msg.data, received_at, user),
-                                         retry_ms())
+        payload = await within_share(limits, user, lambda: service.handle(msg.data, received_at, user), retry_ms())
         if msg.reply:
             await msg.respond(payload)
 
