@@ -27,7 +27,6 @@ class Prepared:
     digest: str
     features: dict[str, bool]
     stable_chars: int = 0  # prefix[:stable_chars] changes least: cross-file chunks go after it
-    head_chars: int = 0  # prefix[:head_chars] is the file's head, the same for every cursor (stable_head)
     # The in-file excerpts were kept from the previous request (typing in the same block): so are
     # the cross-file chunks after them (see chunks.CrossFileChunks.add).
     steady: bool = False
@@ -96,8 +95,7 @@ class ContextPreparer:
             warm_file(session, text, language, count_tokens=self.count_tokens)
         options = AssemblyOptions.with_features(
             enabled, budget_tokens=budget, timeout_ms=self.settings.assembly_timeout_ms, language=language,
-            recent_edit_lines=request.recent_edits or (), fallback=fallback,
-            head_share=self.settings.context_head_share)
+            recent_edit_lines=request.recent_edits or (), fallback=fallback)
         ctx = assemble_context(text, request.path, request.line, request.column, count_tokens=self.count_tokens,
                                options=options, session=session)
         report = ContextReport(
@@ -111,5 +109,4 @@ class ContextPreparer:
             dropped=[b.to_report() for b in ctx.dropped],
         )
         return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled, stable_chars=ctx.stable_chars,
-                        head_chars=ctx.head_chars,
                         steady=ctx.steady)

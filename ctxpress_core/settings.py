@@ -15,8 +15,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from ctxpress_core.database import database_url, stored_password
 from ctxpress_core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
 
-# stable_head: the file head's share of the context budget (measured: docs/context.md)
-DEFAULT_HEAD_SHARE = 0.5
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CTXPRESS_", extra="ignore")
@@ -116,8 +114,6 @@ class Settings(BaseSettings):
     # 2,048 so a cold baseline prompt stays within tens of seconds on a 2-core CPU engine.
     baseline_budget_tokens: int = 2048
     context_budget_tokens: int = 1024  # optimized mode: the seed's personal-scale budget
-    # stable_head: the share of that budget the file's head takes (context/sources/file_head.py)
-    context_head_share: float = Field(default=DEFAULT_HEAD_SHARE, ge=0.0, le=0.9)
     # Above this much CPU time, optimized context assembly gives up and the baseline window is used.
     assembly_timeout_ms: float = 20.0
     # Where the editor does not say (Tabby's door, `ctxpress lsp`, the evals). A block completion stops where its

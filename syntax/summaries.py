@@ -210,12 +210,9 @@ def _assignment_split(text: str) -> int | None:
 NUMBERED_ELISION = re.compile(r"^\s*\S{1,2}\s?\.\.\. \(lines? \d+(-\d+)? elided\)\s*$")
 
 
-def elision_marker(language: str, start_line: int, end_line: int, indent: str = "", numbered: bool = True) -> str:
-    """A comment line telling the model that lines were left out (1-based, inclusive). Not ``numbered``: the
-    same text wherever the lines are, so an edit that moves them does not change it."""
+def elision_marker(language: str, start_line: int, end_line: int, indent: str = "") -> str:
+    """A comment line telling the model that lines were left out (1-based, inclusive)."""
     comment = LINE_COMMENT.get(language, "#")
-    if not numbered:
-        return f"{indent}{comment} ...\n"
     if start_line == end_line:
         return f"{indent}{comment} ... (line {start_line + 1} elided)\n"
     return f"{indent}{comment} ... (lines {start_line + 1}-{end_line + 1} elided)\n"

@@ -52,8 +52,8 @@ def test_unknown_language_is_its_own_error() -> None:
 
 def test_file_opened_carries_the_requests_switches_and_refuses_unknown_ones() -> None:
     opened = FileOpened.model_validate_json('{"repository": "r", "path": "a.py", "text": "x = 1\\n",'
-                                            ' "features": {"stable_head": true}}')
-    assert opened.features == {"stable_head": True} and opened.line is None
+                                            ' "features": {"similar": false}}')
+    assert opened.features == {"similar": False} and opened.line is None
     with pytest.raises(ValidationError, match="unknown features"):
         FileOpened.model_validate_json('{"repository": "r", "path": "a.py", "text": "", "features": {"warp": true}}')
 

@@ -360,20 +360,16 @@ class CompletionService:
         features = resolve_features(event.features)
         if not (features["prewarm"] and features["prefix_cache"]):
             return
-        if event.line is None and not features["stable_head"]:  # without a cursor there is no prompt to predict
+        if event.line is None:  # without a cursor there is no prompt to predict
             return
-        # No cursor known: any cursor's prompt starts with the file's head, which is all that is processed. It is
-        # assembled at the end of the file, below the head (the cursor's line is blanked for the parse).
-        last = event.text.count("\n")
-        line, column = (last, 0) if event.line is None else (min(event.line, last), event.column)
-        request = CompletionRequest(repository=event.repository, path=event.path, text=event.text, line=line,
-                                    column=column, language=event.language, mode="optimized",
-                                    features=event.features)
+        request = CompletionRequest(repository=event.repository, path=event.path, text=event.text,
+                                    line=min(event.line, event.text.count("\n")), column=event.column,
+                                    language=event.language, mode="optimized", features=event.features)
         loop = asyncio.get_running_loop()
         prepared = await loop.run_in_executor(None, functools.partial(
             self.library.preparer.prepare, request, event.text, content_hash(event.text), owner=caller.user))
         # what the next request's prompt will start with
-        head = prompt.prewarm_head(prepared) if event.line is not None else prompt.prewarm_file_head(prepared)
+        head = prompt.prewarm_head(prepared)
         if head is None:
             return
         result = await complete(
