@@ -130,11 +130,8 @@ def main() -> int:
                         help="keystrokes typed in sequence at a few spots (the steady state) instead of random jumps")
     parser.add_argument("--eval-cursors", action="store_true",
                         help="each request a new cursor where the eval puts one, the rest of its line cut")
-    parser.add_argument("--stable-head", type=float, default=0.0, metavar="SHARE",
-                        help="assemble with the file's stable head taking up to this share of the budget (0: off)")
     args = parser.parse_args()
-    options = AssemblyOptions(budget_tokens=args.budget, timeout_ms=1000.0, stable_head=args.stable_head > 0,
-                              head_share=args.stable_head or AssemblyOptions.head_share)
+    options = AssemblyOptions(budget_tokens=args.budget, timeout_ms=1000.0)
     from ctxpress_core.settings import get_settings
     from serving.tokenizer import Tokenizer, memoized_counter
     from serving.weights import TARGET, ensure_model

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.render_prompts", description=__doc__)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--cases", type=Path, help="a case set of ctxpress eval make-cases (then no typing replay)")
-    p.add_argument("--features", type=parse_list, default={}, help="e.g. -suffix_floor,+model_notes")
+    p.add_argument("--features", type=parse_list, default={}, help="e.g. -suffix_floor,-similar")
     args = p.parse_args(argv)
     # a generous assembly deadline: a prompt must not depend on how busy the machine is
     settings = get_settings().model_copy(update={"assembly_timeout_ms": 60_000.0})

@@ -34,11 +34,10 @@ from context.selection import pack_beside
 from context.session import FileSession
 from context.sources.below import fill_below
 from context.sources.enclosing import find_enclosing
-from context.sources.file_head import with_head
 from context.sources.whole_file import whole_file_context
 from context.sources.window import baseline_window, clamp_cursor
 from syntax.grammars import detect_language, is_supported
-from syntax.summaries import outline_of, with_notes
+from syntax.summaries import outline_of
 from syntax.symbols.table import cheap_symbols, extract_symbols
 
 log = logging.getLogger("ctxpress.context")
@@ -167,22 +166,16 @@ def _assemble(
         raise ParseFailure("no declarations recognised in an erroneous tree")
     clock.check("symbols")
     outline = outline_of(table)
-    if options.notes:
-        outline = with_notes(outline, options.notes)
     a = Assembly(text, path, lang, line, column, options, parsed, table, outline, count_tokens, clock)
-    if options.stable_head:
-        a.head = session.file_head(table, lang, a.file_lines, int(options.budget_tokens * options.head_share), a.exact)
-        clock.check("head")
-    return with_head(_assemble_cursor_part(a, session), a.head)
+    return _assemble_beside(a, session)
 
 
-def _assemble_cursor_part(a: Assembly, session: FileSession) -> AssembledContext:
-    """Everything of the prompt that depends on the cursor: the enclosing block and the excerpts beside it."""
+def _assemble_beside(a: Assembly, session: FileSession) -> AssembledContext:
+    """The enclosing block and the excerpts beside it: held while the user types in the block, else packed."""
     text, line, options, parsed, clock = a.text, a.line, a.options, a.parsed, a.clock
     # what the held excerpts were chosen with: any change chooses afresh
     steady_options = (a.lang, a.budget, options.summaries, options.constructor_attributes, options.nearby_first,
-                      options.similar, options.fill_below, options.suffix_floor, options.stable_head,
-                      len(options.notes))
+                      options.similar, options.fill_below, options.suffix_floor)
     kept = (steady.lookup(session.steady, text, steady_options, options.recent_edit_lines)
             if options.steady_excerpts else None)
     if kept is not None:

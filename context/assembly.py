@@ -11,7 +11,6 @@ from context.options import AssemblyOptions
 from context.packing.pack import Candidate, Rendered, render_prompt
 from context.packing.tokens import LineRangeTokens, TokenCounter, exact_counter, line_range_estimator
 from context.sources.enclosing import Enclosing
-from context.sources.file_head import FileHead
 from ctxpress_core.wire.v1 import wire_lines
 from syntax.parsed_file import ParsedFile
 from syntax.summaries import Outline, elision_marker
@@ -79,14 +78,12 @@ class Assembly:
         self.exact = exact_counter(self.count_tokens)
         self.file_lines = wire_lines(self.text)
 
-    head: FileHead | None = None  # stable_head: what the cursor's part is assembled beside
     held_below: int = 0  # suffix_floor: tokens the packing leaves for the lines below the enclosing block
 
     @property
     def budget(self) -> int:
-        """The cursor's part of the prompt: the budget less the file's head (and, while the excerpts are packed,
-        less what is held for the lines below)."""
-        return self.options.budget_tokens - (self.head.tokens if self.head is not None else 0) - self.held_below
+        """The prompt's budget, less what is held for the lines below while the excerpts are packed."""
+        return self.options.budget_tokens - self.held_below
 
     def prompt_tokens(self, prefix: str, suffix: str) -> int:
         return self.exact(prefix) + self.exact(suffix)

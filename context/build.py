@@ -15,10 +15,8 @@ from context import prompt
 from context.chunks import CrossFileChunks
 from context.prepare import ContextPreparer, Prepared
 from context.session import FileSessions
-from context.sources.notes import NoteReader
 from context.sources.retrieval import Retriever
 from context.sources.window import MAX_LINE_CHARS, longest_line
-from ctxpress_core.features import resolve
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import CompletionRequest
 
@@ -62,17 +60,14 @@ class ContextLibrary:
     def cache_salt(self, owner: str | None) -> str:
         return prompt.cache_salt(owner, self._salt_secret)
 
-    async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None,
-                           notes: NoteReader | None = None) -> Prompt:
-        """CPU-bound steps run in the loop's default executor; retrieval (never raises, bounded) beside them.
-        ``notes``: where the model-written notes are read from (feature ``model_notes``)."""
-        prepared = await self._prepare(request, view, retriever, notes)
+    async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prompt:
+        """CPU-bound steps run in the loop's default executor; retrieval (never raises, bounded) beside them."""
+        prepared = await self._prepare(request, view, retriever)
         return Prompt(prompt.fim_layout(prepared), prepared,
                       prompt.cache_key(self.model_name, request, prepared.features, view.account or view.owner),
                       prompt.speculation(request, prepared.features), self.cache_salt(view.account or view.owner))
 
-    async def _prepare(self, request: CompletionRequest, view: FileView, retriever: Retriever | None,
-                       notes: NoteReader | None) -> Prepared:
+    async def _prepare(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prepared:
         loop = asyncio.get_running_loop()
         longest = await loop.run_in_executor(None, longest_line, view.text)
         if longest > MAX_LINE_CHARS:
@@ -80,11 +75,8 @@ class ContextLibrary:
             # retrieval (every pass over such a line costs in proportion to its length)
             return await loop.run_in_executor(None, functools.partial(
                 self.preparer.prepare_long_lines, request, view.text, view.digest, longest, owner=view.owner))
-        noted = (await notes.for_file(request.repository, request.path)
-                 if notes is not None and request.mode == "optimized" and resolve(request.features)["model_notes"]
-                 else None)
         prepare = loop.run_in_executor(None, functools.partial(self.preparer.prepare, request, view.text, view.digest,
-                                                               noted, owner=view.owner))
+                                                               owner=view.owner))
         if retriever is None or not self.chunks.wanted(request):
             return await prepare
         prepared, retrieval = await asyncio.gather(

@@ -52,8 +52,6 @@ class AssembledContext:
     # Length of the prefix's stable part (the excerpts before the enclosing block): it changes
     # least while the user types, so the engine's KV of it is reused; 0 for the window fallback.
     stable_chars: int = 0
-    # Length of the file's head at the prefix's start (stable_head): the same for every cursor in the file.
-    head_chars: int = 0
     # The excerpts are the previous request's, kept while the user types in the same block.
     steady: bool = False
 

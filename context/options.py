@@ -13,7 +13,6 @@ from typing import Any
 
 from context.model import DEFAULT_BUDGET_TOKENS
 from ctxpress_core.features import REGISTRY
-from ctxpress_core.settings import DEFAULT_HEAD_SHARE
 
 
 def _switch(name: str) -> Any:
@@ -44,11 +43,6 @@ class AssemblyOptions:
     fill_below: bool = _switch("fill_below")
     suffix_floor: bool = _switch("suffix_floor")  # and in a longer file, a share of the budget held for them
     steady_excerpts: bool = _switch("steady_excerpts")
-    stable_head: bool = _switch("stable_head")
-    head_share: float = DEFAULT_HEAD_SHARE  # stable_head: the head's share of the budget
-    # model-written notes of the file's opaque blocks, by syntax.notes.note_key (feature model_notes: the worker
-    # reads them from the index); each is shown in its block's summary where the docstring would be
-    notes: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def with_features(cls, features: Mapping[str, bool], **options: Any) -> AssemblyOptions:

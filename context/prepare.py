@@ -4,7 +4,7 @@ the window with its long lines cut. CPU-bound: runs in an executor."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from context.assemble import assemble_context
@@ -27,7 +27,6 @@ class Prepared:
     digest: str
     features: dict[str, bool]
     stable_chars: int = 0  # prefix[:stable_chars] changes least: cross-file chunks go after it
-    head_chars: int = 0  # prefix[:head_chars] is the file's head, the same for every cursor (stable_head)
     # The in-file excerpts were kept from the previous request (typing in the same block): so are
     # the cross-file chunks after them (see chunks.CrossFileChunks.add).
     steady: bool = False
@@ -39,10 +38,8 @@ class ContextPreparer:
         self.count_tokens = count_tokens
         self.sessions = sessions  # the files' parse trees and steady excerpts
 
-    def prepare(self, request: CompletionRequest, text: str, digest: str,
-                notes: Mapping[str, str] | None = None, *, owner: str | None) -> Prepared:
-        """``notes``: the model-written notes of the file's blocks (syntax/notes.py), shown in their summaries.
-        ``owner``: whose view of the file it is (the team user; None on the single-user appliance): the session's
+    def prepare(self, request: CompletionRequest, text: str, digest: str, *, owner: str | None) -> Prepared:
+        """``owner``: whose view of the file it is (the team user; None on the single-user appliance): the session's
         steady excerpts are that user's own."""
         # settled here once: the warm-up and the assembly are given it rather than working it out again
         language = request.language or language_from_path(request.path, text)
@@ -65,7 +62,7 @@ class ContextPreparer:
                 budget_tokens=budget,
             )
             return Prepared(w.prefix, w.suffix, report, language, digest, enabled)
-        return self._assembled(request, text, digest, language, budget, enabled, notes or {}, owner)
+        return self._assembled(request, text, digest, language, budget, enabled, owner)
 
     def prepare_long_lines(self, request: CompletionRequest, text: str, digest: str, longest: int, *,
                            owner: str | None) -> Prepared:
@@ -84,7 +81,7 @@ class ContextPreparer:
                                window_lines=self.settings.window_lines, budget_tokens=budget)
 
     def _assembled(self, request: CompletionRequest, text: str, digest: str, language: str, budget: int,
-                   enabled: dict[str, bool], notes: Mapping[str, str], owner: str | None) -> Prepared:
+                   enabled: dict[str, bool], owner: str | None) -> Prepared:
         def fallback() -> tuple[str, str]:  # the window, within optimized's budget
             w = self._window(request, text, budget)
             return w.prefix, w.suffix
@@ -98,8 +95,7 @@ class ContextPreparer:
             warm_file(session, text, language, count_tokens=self.count_tokens)
         options = AssemblyOptions.with_features(
             enabled, budget_tokens=budget, timeout_ms=self.settings.assembly_timeout_ms, language=language,
-            recent_edit_lines=request.recent_edits or (), fallback=fallback,
-            head_share=self.settings.context_head_share, notes=notes)
+            recent_edit_lines=request.recent_edits or (), fallback=fallback)
         ctx = assemble_context(text, request.path, request.line, request.column, count_tokens=self.count_tokens,
                                options=options, session=session)
         report = ContextReport(
@@ -113,5 +109,4 @@ class ContextPreparer:
             dropped=[b.to_report() for b in ctx.dropped],
         )
         return Prepared(ctx.prefix, ctx.suffix, report, language, digest, enabled, stable_chars=ctx.stable_chars,
-                        head_chars=ctx.head_chars,
                         steady=ctx.steady)

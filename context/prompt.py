@@ -31,15 +31,6 @@ def prewarm_head(prepared: Prepared) -> Layout | None:
     return Layout(FIM_PREFIX + stable, (0,))
 
 
-def prewarm_file_head(prepared: Prepared) -> Layout | None:
-    """The file's head alone (stable_head), for a file opened with no cursor known: the prompt of any cursor in it
-    starts with the head (None: no head)."""
-    head = prepared.prefix[:prepared.head_chars]
-    if not head:
-        return None
-    return Layout(FIM_PREFIX + head, (0,))
-
-
 def cache_key(model_name: str, request: CompletionRequest, features: dict[str, bool],
               owner: str | None = None) -> str | None:
     """The engine's KV pool is keyed by repository + path + model (None: the shared context). In team mode

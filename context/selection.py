@@ -71,8 +71,6 @@ def _candidates_beside(a: Assembly, enc: Enclosing, remaining: int) -> tuple[lis
     """Every source's candidates for the room ``remaining`` beside ``enc``, and the tokens held for the nearby
     lines (nearby_first)."""
     candidates = _candidates(a.outline, enc, a.line, a.options.recent_edit_lines, a.options.constructor_attributes)
-    if a.head is not None and a.head.imports:  # those the head could not show too (docs/context.md: measured)
-        candidates = [c for c in candidates if c.key != "imports"]
     if a.options.similar:
         candidates += similar_candidates(a.parsed, a.line, a.column, enc.shown_ranges, a.estimate_lines,
                                          a.marker_tokens)

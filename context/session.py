@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from context.sources.file_head import FileHead, HeadKey, last_line, render_head, take_items
 from context.steady import Held
-from syntax.symbols.model import FileSymbols
 from syntax.tree_cache import TreeCache
 
 if TYPE_CHECKING:  # retrieval brings the database client along: explain and the tests of assembly need none
@@ -53,35 +50,12 @@ class FileSession:
         # another replaces it, as an edit would.
         self.trees = TreeCache(max_files=1)
         self.steady: Held | None = None
-        self._head: tuple[tuple[str, int, HeadKey], FileHead] | None = None  # (its key, the head)
         self._chunks: HeldChunks | None = None
         self._lock = threading.Lock()
 
     def parsed(self) -> bool:
         """Whether a version of the file was parsed (its warm-up done)."""
         return bool(len(self.trees))
-
-    def file_head(self, table: FileSymbols, language: str, file_lines: list[str], budget_tokens: int,
-                  count_tokens: Callable[[str], int]) -> FileHead:
-        """The file's head (file_head.py): rendered again only when what it shows changed (an import or a
-        declaration's outline near the top of the file), not at every keystroke in a body."""
-        kept, shown = take_items(table, budget_tokens, count_tokens)
-        key = (language, budget_tokens, shown)
-        held = self._head
-        if held is not None and held[0] == key:
-            head = held[1]
-            if head.text and head.last_line != (moved := last_line(kept[:head.items])):
-                head = replace(head, last_line=moved)  # lines above it were added or removed
-                self._head = (key, head)
-            return head
-        head = render_head(kept, language, file_lines, budget_tokens, count_tokens)
-        self._head = (key, head)
-        return head
-
-    @property
-    def head(self) -> FileHead | None:
-        """The head last worked out for this file (None: none yet)."""
-        return self._head[1] if self._head is not None else None
 
     def take_chunks(self) -> HeldChunks | None:
         """The held chunks, no longer held (a request puts back what it places)."""

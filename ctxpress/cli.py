@@ -218,9 +218,6 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxpress.index_cli import register as register_index_commands
 
     register_index_commands(sub)
-    from ctxpress.notes_cli import register as register_notes_command
-
-    register_notes_command(sub)
     from ctxpress.team_cli import register as register_team_commands
     from ctxpress.team_cli import register_deploy
 

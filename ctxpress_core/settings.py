@@ -15,8 +15,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from ctxpress_core.database import database_url, stored_password
 from ctxpress_core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
 
-# stable_head: the file head's share of the context budget (measured: docs/context.md)
-DEFAULT_HEAD_SHARE = 0.5
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CTXPRESS_", extra="ignore")
@@ -116,8 +114,6 @@ class Settings(BaseSettings):
     # 2,048 so a cold baseline prompt stays within tens of seconds on a 2-core CPU engine.
     baseline_budget_tokens: int = 2048
     context_budget_tokens: int = 1024  # optimized mode: the seed's personal-scale budget
-    # stable_head: the share of that budget the file's head takes (context/sources/file_head.py)
-    context_head_share: float = Field(default=DEFAULT_HEAD_SHARE, ge=0.0, le=0.9)
     # Above this much CPU time, optimized context assembly gives up and the baseline window is used.
     assembly_timeout_ms: float = 20.0
     # Where the editor does not say (Tabby's door, `ctxpress lsp`, the evals). A block completion stops where its
@@ -167,12 +163,6 @@ class Settings(BaseSettings):
     retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
     retrieval_top_k: int = 6
     retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see context/sources/retrieval.py)
-    # Model-written notes (syntax/notes.py): the completion worker writes them for the index's opaque blocks
-    # once no request has reached it for idle_s, one at a time, each given up when a request arrives. Off by
-    # default, as is the feature that shows them (model_notes): see docs/context.md for what they measured.
-    write_notes: bool = False
-    notes_idle_s: float = Field(default=5.0, ge=0)
-    notes_max_tokens: int = Field(default=32, ge=8, le=96)
 
     # Supervisor (ctxpress/supervisor.py): restarts an embedded part whose process is gone, after a backoff
     # doubling from initial to max that starts over once the part has stayed up reset_s.

@@ -222,6 +222,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO usage_rollup_state (id) VALUES (true)",
         ),
     ),
+    Migration(
+        10,
+        "model-written notes measured and removed (docs/context.md): their table goes",
+        ("DROP TABLE IF EXISTS block_notes",),
+    ),
 )
 
 

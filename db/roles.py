@@ -1,8 +1,6 @@
 """Per-service PostgreSQL roles: each service logs in with the least it needs.
 
-- ``ctxpress_completion`` (the completion workers): reads the index and the grants, appends telemetry, writes the
-  model's notes into the rows the indexer made for them (``block_notes``: UPDATE of the note-writing columns only,
-  no INSERT or DELETE; a block's identity, language and source text stay the indexer's).
+- ``ctxpress_completion`` (the completion workers): reads the index and the grants, appends telemetry.
 - ``ctxpress_indexer`` (the index workers): writes the index, reads the grants.
 - ``ctxpress_admin`` (the CLI: ``ctxpress users``, ``stats``, migrations): owns the tables; not a superuser, creates
   no roles or databases.
@@ -24,7 +22,7 @@ from sqlalchemy.engine import make_url
 from db.migrations import migrate
 from db.session import engine_for
 
-INDEX_TABLES = ("repositories", "indexed_files", "code_chunks", "block_notes")
+INDEX_TABLES = ("repositories", "indexed_files", "code_chunks")
 TELEMETRY_TABLES = ("completion_events", "completion_feedback")
 GRANT_TABLES = ("team_grants",)
 # The team console's (ctxpress/console): its admins and sessions, the audit log and the usage rollup; the admin's only.
@@ -48,13 +46,10 @@ class Role:
         return found
 
 
-# The columns db/notes.py's claim, release and store write: the block's identity and text stay the indexer's.
-NOTE_WRITER_COLUMNS = ("note", "tries", "claimed_at", "written_at")
 # What the workers read of a user (db.team.grants_of, db.team.kind_of): never the password hash.
 ACCOUNT_COLUMNS = ("SELECT (name, created_at, kind)", ("team_users",))
 COMPLETION = Role("completion", "ctxpress_completion",
-                  (("SELECT", (*INDEX_TABLES, *GRANT_TABLES)), ("INSERT", TELEMETRY_TABLES), ACCOUNT_COLUMNS,
-                   (f"UPDATE ({', '.join(NOTE_WRITER_COLUMNS)})", ("block_notes",))),
+                  (("SELECT", (*INDEX_TABLES, *GRANT_TABLES)), ("INSERT", TELEMETRY_TABLES), ACCOUNT_COLUMNS),
                   ("completion_events_id_seq", "completion_feedback_id_seq"))
 INDEXER = Role("indexer", "ctxpress_indexer",
                (("SELECT, INSERT, UPDATE, DELETE", INDEX_TABLES), ("SELECT", GRANT_TABLES), ACCOUNT_COLUMNS),

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from ctxpress_core.errors import CtxpressError
-from syntax.notes import note_key, note_source, wants_note
 from syntax.parsed_file import ParsedFile, parse_text
 from syntax.summaries import summarize
 from syntax.symbols.model import CLASS_KINDS, FUNCTION_KINDS, FileSymbols, Symbol
@@ -75,8 +74,6 @@ class FileChunks:
     chunks: list[Chunk] = field(default_factory=list)
     imports: list[str] = field(default_factory=list)  # import targets, '/'-separated module paths
     module_keys: list[str] = field(default_factory=list)  # how other files may import this one
-    # blocks whose summary says little (syntax/notes.py): (note key, what the model reads to describe it)
-    notes_wanted: list[tuple[str, str]] = field(default_factory=list)
 
 
 def sha256(text: str) -> str:
@@ -232,8 +229,6 @@ def chunk_file(path: str, text: str, language: str) -> FileChunks:
     imports = [s for s in table.symbols if s.kind in ("import", "package")]
     result.imports = import_targets(path, language, [parsed.text(s.start_byte, s.end_byte) for s in imports])
     result.module_keys = module_keys(path, language)
-    result.notes_wanted = list({note_key(parsed, s): note_source(parsed, s) for s in table.symbols
-                                if wants_note(parsed, s)}.items())
     seen: set[tuple[str, str]] = set()
     for sym in table.symbols:
         if sym.kind in FUNCTION_KINDS and sym.body_start_byte is not None:

@@ -28,7 +28,6 @@ from ctxpress_core import inference
 from ctxpress_core.repository_name import repository_name
 from ctxpress_core.wire.v1 import MAX_INDEX_PATH_BYTES
 from db import chunks as store
-from db import notes
 from db.scope import SHARED
 from db.session import engine_for
 from indexer.chunks import Chunk, ChunkingError, FileChunks, chunk_file
@@ -76,7 +75,6 @@ class IndexSummary:
     vectors_computed: int = 0
     vectors_reused: int = 0
     stale_events: int = 0  # older than what the index already holds
-    notes_wanted: int = 0  # blocks newly asked to get a model-written note (syntax/notes.py)
     skipped: list[Skipped] = field(default_factory=list)
     secret_chunks: list[str] = field(default_factory=list)  # held back: "path:symbol: kind, line N", no value
     seconds: float = 0.0
@@ -91,7 +89,7 @@ class IndexSummary:
             "files_unchanged": self.files_unchanged, "files_removed": self.files_removed,
             "chunks_written": self.chunks_written, "chunks_deleted": self.chunks_deleted,
             "chunks_total": self.chunks_total, "vectors_computed": self.vectors_computed,
-            "vectors_reused": self.vectors_reused, "stale_events": self.stale_events, "notes_wanted": self.notes_wanted,
+            "vectors_reused": self.vectors_reused, "stale_events": self.stale_events,
             "skipped": dict(self.skipped_by_reason()),
             "skipped_files": [{"path": s.path, "reason": s.reason} for s in self.skipped],
             "secret_chunks": len(self.secret_chunks), "secret_chunks_held": self.secret_chunks,
@@ -259,8 +257,6 @@ class Indexer:
                         continue  # deleting what was never indexed
                     removed = store.remove_file(session, repo.id, change.path, reason=plan.reason,
                                                 source_seq=change.seq, owner=owner)
-                    if owner == SHARED:
-                        notes.forget_notes(session, repo.id, change.path)
                     summary.chunks_deleted += removed
                     if removed or (row is not None and not row.deleted and row.skipped_reason is None):
                         summary.files_removed += 1
@@ -272,10 +268,6 @@ class Indexer:
                     size_bytes=plan.size, imports=fc.imports, module_keys=fc.module_keys, chunks=rows,
                     source_seq=change.seq, edited_at=now if change.edited else None, owner=owner,
                 )
-                if owner == SHARED:
-                    summary.notes_wanted += notes.want_notes(
-                        session, repo.id, change.path,
-                        [notes.WantedNote(key, fc.language, source) for key, source in fc.notes_wanted])
                 summary.chunks_written += inserted
                 summary.chunks_deleted += deleted
                 summary.files_indexed += 1
@@ -317,14 +309,13 @@ class Indexer:
             reason = f"cannot be chunked: {type(exc).__name__}"
             summary.skipped.append(Skipped(change.path, reason))
             return _Planned(change, None, reason)
-        if any(_too_long(name) for name in (*(c.symbol for c in fc.chunks), *fc.imports, *fc.module_keys,
-                                            *(key for key, _ in fc.notes_wanted))):
+        if any(_too_long(name) for name in (*(c.symbol for c in fc.chunks), *fc.imports, *fc.module_keys)):
             # the database would refuse the whole batch's transaction for it, again at every try
             reason = f"a name longer than {MAX_INDEX_PATH_BYTES} bytes"
             summary.skipped.append(Skipped(change.path, reason))
             return _Planned(change, None, reason)
         try:  # a chunk holding a secret is neither embedded nor stored
-            fc.chunks, held = drop_secret_chunks(item.path, item.text, fc.chunks, fc.notes_wanted)
+            fc.chunks, held = drop_secret_chunks(item.path, item.text, fc.chunks)
         except TooLargeToScan as exc:
             reason = f"cannot be checked for secrets: {exc}"
             summary.skipped.append(Skipped(change.path, reason))

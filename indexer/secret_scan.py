@@ -130,18 +130,11 @@ def _holds(chunk: Chunk, value: str) -> bool:
     return bool(value) and (value in chunk.content or value in chunk.signature)
 
 
-def drop_secret_chunks(path: str, text: str, chunks: list[Chunk],
-                       notes_wanted: list[tuple[str, str]] | None = None) -> tuple[list[Chunk], list[str]]:
-    """The chunks that hold no secret, and one line per chunk held back (``path:symbol: kind, line N``).
-    ``notes_wanted`` (FileChunks.notes_wanted): the blocks whose source holds a secret are removed from it, in
-    place: their source would be stored for the note writer and shown to the model."""
+def drop_secret_chunks(path: str, text: str, chunks: list[Chunk]) -> tuple[list[Chunk], list[str]]:
+    """The chunks that hold no secret, and one line per chunk held back (``path:symbol: kind, line N``)."""
     found = scan(path, text)
     if not found:
         return chunks, []
-    if notes_wanted is not None:
-        # a secret the detector found without its value cannot be matched to a source: no notes for the file
-        notes_wanted[:] = [] if any(not value for _, value in found) else [
-            (key, source) for key, source in notes_wanted if not any(value in source for _, value in found)]
     kept: list[Chunk] = []
     held: list[str] = []
     for chunk in chunks:

@@ -29,9 +29,7 @@ STOP_WORDS: tuple[str, ...] = (
 # file may contain "<|fim_middle|>" (this very module does), and read as the special token it would end the
 # prompt's prefix early and steer the model. The worker sends the offsets of its own markers with the prompt
 # (``fim_markers``, inference.CTX_TEMPLATE_MARKERS); the engine parses special tokens only there.
-FIM_MARKERS: tuple[str, ...] = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
-CHAT_START, CHAT_END = "<|im_start|>", "<|im_end|>"  # the instruct model's chat turns (chat_prompt)
-TEMPLATE_MARKERS: tuple[str, ...] = (*FIM_MARKERS, CHAT_START, CHAT_END)
+TEMPLATE_MARKERS: tuple[str, ...] = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)
 
 
 def fim_markers(prefix: str, suffix: str, *, middle_from: int | None = None,
@@ -57,15 +55,3 @@ def fim_prompt(prefix: str, suffix: str, *, middle_from: int | None = None) -> s
         return f"{FIM_PREFIX}{prefix[:cut]}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}{prefix[cut:]}"
     return f"{FIM_PREFIX}{prefix}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}"
 
-
-def chat_prompt(system: str, user: str) -> tuple[str, tuple[int, ...]]:
-    """The instruct model's chat format (ChatML) for one question, opened for the answer, and the offsets of its
-    markers: whatever ``user`` holds (a block of code that writes "<|im_end|>") is text."""
-    start, end = CHAT_START, CHAT_END
-    parts = [start, f"system\n{system}", end, "\n", start, f"user\n{user}", end, "\n", start, "assistant\n"]
-    text, markers = "", []
-    for part in parts:
-        if part in (start, end):
-            markers.append(len(text))
-        text += part
-    return text, tuple(markers)

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ctxpress_core.languages import LINE_COMMENT
-from syntax.notes import note_key, wants_note
 from syntax.parsed_file import ParsedFile
 from syntax.symbols.model import CLASS_KINDS, FileSymbols, Symbol
 
@@ -102,15 +100,12 @@ def _doc_lines(parsed: ParsedFile, sym: Symbol, indent: str) -> list[str]:
     return [f"{indent}{open_}{doc}{close}"]
 
 
-def summarize(parsed: ParsedFile, sym: Symbol, *, open_container: bool = False, doc: str | None = None) -> str:
+def summarize(parsed: ParsedFile, sym: Symbol, *, open_container: bool = False) -> str:
     """The structured summary of one block, ending with a newline.
 
     ``open_container`` renders a class-like block as its head only (signature, docstring,
-    and the opening brace) so that member excerpts can follow it, as in the file. ``doc``: the line shown
-    where the docstring's first line goes (a model-written note, syntax/notes.py), for a block without one.
+    and the opening brace) so that member excerpts can follow it, as in the file.
     """
-    if doc is not None:
-        sym = replace(sym, doc=doc)
     if sym.kind == "import" or sym.kind == "package":
         return reduce_import(parsed, sym)
     if sym.kind in ("constant", "variable"):
@@ -215,12 +210,9 @@ def _assignment_split(text: str) -> int | None:
 NUMBERED_ELISION = re.compile(r"^\s*\S{1,2}\s?\.\.\. \(lines? \d+(-\d+)? elided\)\s*$")
 
 
-def elision_marker(language: str, start_line: int, end_line: int, indent: str = "", numbered: bool = True) -> str:
-    """A comment line telling the model that lines were left out (1-based, inclusive). Not ``numbered``: the
-    same text wherever the lines are, so an edit that moves them does not change it."""
+def elision_marker(language: str, start_line: int, end_line: int, indent: str = "") -> str:
+    """A comment line telling the model that lines were left out (1-based, inclusive)."""
     comment = LINE_COMMENT.get(language, "#")
-    if not numbered:
-        return f"{indent}{comment} ...\n"
     if start_line == end_line:
         return f"{indent}{comment} ... (line {start_line + 1} elided)\n"
     return f"{indent}{comment} ... (lines {start_line + 1}-{end_line + 1} elided)\n"
@@ -261,25 +253,3 @@ def outline_of(table: FileSymbols) -> Outline:
     parsed.derived[_OUTLINE_KEY] = outline
     return outline
 
-
-_NOTED_KEY = "noted-outline"
-
-
-def with_notes(outline: Outline, notes: Mapping[str, str]) -> Outline:
-    """``outline`` with each model-written note in ``notes`` (by ``note_key``) shown in its block's summary and
-    head, where the docstring would be. Remembered with the file version and the ``notes`` mapping."""
-    parsed = outline.parsed
-    hit = parsed.derived.get(_NOTED_KEY)
-    if isinstance(hit, tuple) and hit[0] is notes and hit[1].table is outline.table:
-        return hit[1]
-    summaries, heads = list(outline.summaries), list(outline.heads)
-    for sym in outline.table.symbols:
-        note = notes.get(note_key(parsed, sym)) if wants_note(parsed, sym) else None
-        if note is None:
-            continue
-        summaries[sym.index] = summarize(parsed, sym, doc=note)
-        if heads[sym.index] is not None:
-            heads[sym.index] = summarize(parsed, sym, open_container=True, doc=note)
-    noted = Outline(outline.table, outline.headers, summaries, heads)
-    parsed.derived[_NOTED_KEY] = (notes, noted)
-    return noted

@@ -27,9 +27,6 @@ DRAFT_ACCEPTED = Counter("ctxpress_draft_tokens_accepted", "Draft tokens accepte
 CONTEXT_SOURCES = Counter("ctxpress_context_sources", "Context sources used", ["source"])
 FEEDBACK = Counter("ctxpress_feedback", "IDE feedback on completions", ["action"])
 PREWARMED_TOKENS = Counter("ctxpress_prewarmed_tokens", "Prompt tokens processed ahead of time on file_opened")
-NOTES = Counter("ctxpress_notes",
-                "Model-written notes by outcome (written, unusable, interrupted by a request, engine_failed)",
-                ["outcome"])
 FOLLOW_UPS_USED = Counter("ctxpress_follow_ups_used", "Requests answered from the follow-up of the previous answer")
 TELEMETRY_DROPPED = Counter("ctxpress_telemetry_dropped", "Telemetry rows dropped (database down or backlog)")
 CANCELLED = Counter("ctxpress_cancelled", "Completion requests abandoned by their caller (ctxpress.v1.cancel)")

@@ -237,11 +237,9 @@ class Segment:
 
 def render_excerpts(
     pieces: list[Piece], language: str, file_lines: list[str], segments: list[Segment] | None = None,
-    numbered: bool = True,
 ) -> tuple[str, int]:
     """Excerpts in file order with elision markers in the gaps. Returns (text, last line shown);
-    ``segments``, when given, receives each rendered piece's place in the text; ``numbered``: the markers
-    say which lines they stand for."""
+    ``segments``, when given, receives each rendered piece's place in the text."""
     ordered = sorted(_prefer_verbatim(pieces), key=lambda p: (p.start_line, -p.end_line))
     # Drop pieces already covered by a larger one (the same block offered twice).
     kept: list[Piece] = []
@@ -273,7 +271,7 @@ def render_excerpts(
         if segments is not None:
             segments.append(Segment(sum(map(len, out)), p.start_line, p.end_line, p.verbatim))
         if gap_end >= gap_start and not same_group and not _gap_is_blank(file_lines, gap_start, gap_end):
-            out.append(elision_marker(language, gap_start, gap_end, _indent(p.text), numbered))
+            out.append(elision_marker(language, gap_start, gap_end, _indent(p.text)))
         out.append(p.text if p.text.endswith("\n") else p.text + "\n")
         shown_until = max(shown_until, p.end_line)
     return "".join(out), shown_until

@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="with --via lsp: a request at every keystroke, each superseding the last; engine time "
                          "on superseded requests with and without abandoning them in the appliance")
     be.add_argument("--jump-layout", action="append", default=[], metavar="LABEL:FEATURES",
-                    help="jump: a prompt layout to compare, e.g. today:-stable_head (repeatable; the same cursors "
+                    help="jump: a prompt layout to compare, e.g. today:-steady_excerpts (repeatable; the same cursors "
                          "for each, in the order given)")
     be.add_argument("--kernel-paths", default="auto,amx,avx512,avx2",
                     help="kernels: the CPU kernel paths to measure, each in a process of its own (a path the host "

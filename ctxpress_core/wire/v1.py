@@ -120,10 +120,18 @@ class Inbound(BaseModel):
         return _refuse_unstorable(value, nul=info.field_name not in cls._NUL_ALLOWED)
 
 
-def _known_features(switches: dict[str, bool] | None) -> None:
-    unknown = set(switches or {}) - set(features.REGISTRY)
+def _known_features(switches: dict[str, bool] | None) -> dict[str, bool] | None:
+    """The switches less the retired ones (features.RETIRED: accepted, ignored); any other unknown name is refused."""
+    if switches is None:
+        return None
+    unknown = set(switches) - set(features.REGISTRY) - features.RETIRED
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(features.REGISTRY)}")
+    return {name: on for name, on in switches.items() if name not in features.RETIRED}
+
+
+# Optimisations switched per request (ctxpress_core.features).
+Switches = Annotated[dict[str, bool] | None, AfterValidator(_known_features)]
 
 
 class CompletionRequest(Inbound):
@@ -158,7 +166,7 @@ class CompletionRequest(Inbound):
     max_decode_ms: int | None = Field(default=None, ge=1, le=MAX_DECODE_MS)
     # Labels for telemetry and ablations: which workload sent this, which optimisations to use.
     scenario: str | None = Field(default=None, max_length=64)
-    features: dict[str, bool] | None = None
+    features: Switches = None
 
     @field_validator("language", mode="before")
     @classmethod
@@ -172,7 +180,6 @@ class CompletionRequest(Inbound):
             raise ValueError("give exactly one of 'text' or 'content_hash'")
         if self.language is not None and self.language not in KNOWN_LANGUAGES:
             raise UnsupportedLanguage(self.language, sorted(KNOWN_LANGUAGES))
-        _known_features(self.features)
         return self
 
 
@@ -278,12 +285,7 @@ class FileOpened(Inbound):
     column: int = Field(default=0, ge=0, le=MAX_WIRE_INT)
     # The switches the IDE's completion requests carry (CompletionRequest.features): the pre-warmed prompt is
     # the one they will ask for.
-    features: dict[str, bool] | None = None
-
-    @model_validator(mode="after")
-    def _features(self) -> FileOpened:
-        _known_features(self.features)
-        return self
+    features: Switches = None
 
 
 # --- Repository index events (JetStream stream ``CTXPRESS_INDEX``) ---------------------------------

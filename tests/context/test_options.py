@@ -10,7 +10,7 @@ from ctxpress_core.features import REGISTRY, resolve
 
 def test_every_switch_is_a_registered_feature_with_its_default() -> None:
     assert set(SWITCHES) == {"whole_file", "summaries", "constructor_attributes", "nearby_first", "similar",
-                             "fill_below", "suffix_floor", "steady_excerpts", "stable_head"}
+                             "fill_below", "suffix_floor", "steady_excerpts"}
     defaults = AssemblyOptions()
     for f in fields(AssemblyOptions):
         if f.name in SWITCHES:

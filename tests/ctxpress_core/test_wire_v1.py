@@ -2,6 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from ctxpress_core.errors import UnsupportedLanguage
+from ctxpress_core.features import RETIRED
 from ctxpress_core.wire.v1 import CompletionRequest, FileOpened, content_hash
 
 
@@ -51,7 +52,18 @@ def test_unknown_language_is_its_own_error() -> None:
 
 def test_file_opened_carries_the_requests_switches_and_refuses_unknown_ones() -> None:
     opened = FileOpened.model_validate_json('{"repository": "r", "path": "a.py", "text": "x = 1\\n",'
-                                            ' "features": {"stable_head": true}}')
-    assert opened.features == {"stable_head": True} and opened.line is None
+                                            ' "features": {"similar": false}}')
+    assert opened.features == {"similar": False} and opened.line is None
     with pytest.raises(ValidationError, match="unknown features"):
         FileOpened.model_validate_json('{"repository": "r", "path": "a.py", "text": "", "features": {"warp": true}}')
+
+
+def test_a_retired_switch_is_accepted_and_dropped() -> None:
+    """A switch measured and removed was part of the v1 format: a client still sending it gets its completion."""
+    for name in RETIRED:
+        request = CompletionRequest.model_validate(base(features={name: True, "similar": False}))
+        assert request.features == {"similar": False}
+        opened = FileOpened.model_validate({"repository": "r", "path": "a.py", "text": "", "features": {name: True}})
+        assert opened.features == {}
+    with pytest.raises(ValidationError, match="unknown features"):
+        CompletionRequest.model_validate(base(features={"warp": True}))

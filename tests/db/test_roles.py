@@ -8,11 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
-from sqlalchemy.orm import Session
 
 from ctxpress import deployment
 from ctxpress_core.settings import Settings
-from db import notes
 from db import team as store
 from db.session import engine_for
 from tests.team_services import embedded_postgres
@@ -58,13 +56,9 @@ def test_the_completion_role_reads_the_index_and_appends_telemetry_only(urls: di
         conn.execute(text("INSERT INTO completion_feedback (completion_id, action) VALUES ('c1', 'shown')"))
         conn.execute(text("INSERT INTO completion_events (request_id, repository, path, mode, outcome) "
                           "VALUES ('r1', 'repo', 'a.py', 'optimized', 'ok')"))
-        # the note writer claims and fills the rows the indexer asked for (workers/completion/notes.py)
-        conn.execute(text("UPDATE block_notes SET note = 'n', tries = tries + 1 WHERE note IS NULL"))
     assert refused(url, "SELECT password_hash FROM team_users")
     assert refused(url, "DELETE FROM code_chunks")
-    assert refused(url, "INSERT INTO block_notes (repo_id, path, note_key, language, source) "
-                        "VALUES (1, 'a.py', 'k', 'python', 'x')")
-    assert refused(url, "DELETE FROM block_notes")
+    assert refused(url, "UPDATE code_chunks SET content = ''")
     assert refused(url, "INSERT INTO team_grants (user_name, repository) VALUES ('x', 'y')")
     assert refused(url, "SELECT * FROM completion_events")  # other people's telemetry is the admin's to read
     assert refused(url, "CREATE TABLE mine (x int)")
@@ -77,9 +71,6 @@ def test_the_index_role_writes_the_index_and_reads_grants_only(urls: dict[str, s
         conn.execute(text("INSERT INTO indexed_files (repo_id, path) VALUES (:r, 'a.py')"), {"r": repo})
         conn.execute(text("UPDATE indexed_files SET chunk_count = 1 WHERE repo_id = :r"), {"r": repo})
         conn.execute(text("DELETE FROM code_chunks WHERE repo_id = :r"), {"r": repo})
-        conn.execute(text("INSERT INTO block_notes (repo_id, path, note_key, language, source) "
-                          "VALUES (:r, 'a.py', 'k', 'python', 'def f(): ...')"), {"r": repo})
-        conn.execute(text("DELETE FROM block_notes WHERE repo_id = :r"), {"r": repo})
         conn.execute(text("SELECT repository FROM team_grants"))
     assert refused(url, "SELECT password_hash FROM team_users")
     assert refused(url, "INSERT INTO completion_events (request_id, repository, path, mode, outcome) "
@@ -97,24 +88,6 @@ def test_the_admin_role_manages_users_but_is_no_superuser(urls: dict[str, str]) 
                                  "WHERE rolname = current_user")).scalar_one() is False
     assert refused(url, "CREATE ROLE intruder LOGIN")
     assert refused(url, "ALTER ROLE ctxpress_completion SUPERUSER")
-
-
-def test_the_completion_role_writes_only_the_note_columns_of_block_notes(urls: dict[str, str]) -> None:
-    """The note writer may fill a row's note, never rewrite the block the indexer described: a changed ``source``
-    would make every worker write (and every prompt read) a note of text that is not in the repository."""
-    with engine_for(urls["indexer"]).begin() as conn:
-        repo = conn.execute(text("INSERT INTO repositories (name) VALUES ('notes-cols') RETURNING id")).scalar_one()
-        conn.execute(text("INSERT INTO block_notes (repo_id, path, note_key, language, source) "
-                          "VALUES (:r, 'a.py', 'k', 'python', 'def f(): ...')"), {"r": repo})
-    url = urls["completion"]
-    with Session(engine_for(url)) as session, session.begin():  # what the note writer runs, as this role
-        pending = notes.claim_pending(session, "notes-cols")
-        assert pending is not None
-        notes.release(session, pending)
-        notes.store_note(session, pending, "n")
-    for column, value in (("source", "'evil'"), ("language", "'c'"), ("path", "'b.py'"), ("note_key", "'k2'"),
-                          ("repo_id", "repo_id")):
-        assert refused(url, f"UPDATE block_notes SET {column} = {value}"), column
 
 
 def test_every_table_of_the_schema_is_owned_by_the_admin_role(urls: dict[str, str]) -> None:

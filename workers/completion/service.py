@@ -21,7 +21,6 @@ from context import prompt
 from context.build import ContextLibrary, Prompt
 from context.packing.tokens import memo_sizes
 from context.prepare import Prepared
-from context.sources.notes import NoteReader
 from context.sources.retrieval import Retriever
 from context.sources.window import MAX_LINE_CHARS, longest_line
 from context.warm import warm_file
@@ -45,7 +44,6 @@ from serving.fim import STOP_WORDS
 from workers import metrics
 from workers.completion.engine_load import EngineLoad
 from workers.completion.follow_up import Asked, FollowUps, accepted
-from workers.completion.notes import Activity
 from workers.completion.observe import Observer, observe_retrieval
 from workers.completion.prewarms import LatestPerUser
 from workers.completion.request import parse_request, within_size_limit
@@ -73,7 +71,6 @@ class CompletionService:
         telemetry: TelemetryWriter | None = None,
         retriever: Retriever | None = None,
         grants: Grants | None = None,
-        notes: NoteReader | None = None,
     ) -> None:
         self.settings = settings
         self.grants = grants  # team mode: each request's user (from its subject) must hold a grant for its repository
@@ -82,8 +79,7 @@ class CompletionService:
         self.model_name = model_name
         self.files = FileStore()
         self.library = ContextLibrary(settings, count_tokens, model_name)
-        self.retriever, self.notes = retriever, notes  # None: no index (no cross-file chunks, no notes)
-        self.activity = Activity()  # the note writer keeps off the engine while a request is held
+        self.retriever = retriever  # None: no index (no cross-file chunks)
         self.observe = Observer(telemetry)
         self.engine_load = EngineLoad(slots=settings.kv_pool_slots)
         self._file_tokens_cache: dict[str, int] = {}
@@ -157,7 +153,7 @@ class CompletionService:
         """The pipeline: context, admission, inference, reply."""
         started = time.perf_counter()
         self.engine_load.admit(self._time_left(request, received_at), caller.user)  # before the context work, too
-        built = await self.library.build_prompt(request, caller.view(text, digest), self.retriever, self.notes)
+        built = await self.library.build_prompt(request, caller.view(text, digest), self.retriever)
         prepared = built.prepared
         observe_retrieval(prepared.report.retrieval)
         context_ms = (time.perf_counter() - started) * 1000
@@ -364,20 +360,16 @@ class CompletionService:
         features = resolve_features(event.features)
         if not (features["prewarm"] and features["prefix_cache"]):
             return
-        if event.line is None and not features["stable_head"]:  # without a cursor there is no prompt to predict
+        if event.line is None:  # without a cursor there is no prompt to predict
             return
-        # No cursor known: any cursor's prompt starts with the file's head, which is all that is processed. It is
-        # assembled at the end of the file, below the head (the cursor's line is blanked for the parse).
-        last = event.text.count("\n")
-        line, column = (last, 0) if event.line is None else (min(event.line, last), event.column)
-        request = CompletionRequest(repository=event.repository, path=event.path, text=event.text, line=line,
-                                    column=column, language=event.language, mode="optimized",
-                                    features=event.features)
+        request = CompletionRequest(repository=event.repository, path=event.path, text=event.text,
+                                    line=min(event.line, event.text.count("\n")), column=event.column,
+                                    language=event.language, mode="optimized", features=event.features)
         loop = asyncio.get_running_loop()
         prepared = await loop.run_in_executor(None, functools.partial(
             self.library.preparer.prepare, request, event.text, content_hash(event.text), owner=caller.user))
         # what the next request's prompt will start with
-        head = prompt.prewarm_head(prepared) if event.line is not None else prompt.prewarm_file_head(prepared)
+        head = prompt.prewarm_head(prepared)
         if head is None:
             return
         result = await complete(

@@ -20,7 +20,6 @@ from nats.aio.subscription import Subscription
 from prometheus_client import start_http_server
 
 from context.packing.tokens import exact_counter, memoized
-from context.sources.notes import NoteReader
 from context.sources.retrieval import Retriever
 from ctxpress_core import nats_connect
 from ctxpress_core.identity import (
@@ -37,7 +36,6 @@ from serving.triton_client import TritonCompletionClient
 from syntax.warm import warm_up
 from workers import metrics, replies
 from workers.completion.fair_gate import within_rate, within_share
-from workers.completion.notes import NoteWriter
 from workers.completion.service import CompletionService
 from workers.fair_share import UserLimits
 from workers.grants import Grants
@@ -74,9 +72,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     retriever = Retriever(settings.effective_database_url(), AsyncTritonEmbedder(settings.effective_triton_url()),
                           timeout_ms=settings.retrieval_timeout_ms, top_k=settings.retrieval_top_k,
                           min_similarity=settings.retrieval_min_similarity)
-    notes = NoteReader(settings.effective_database_url(), timeout_ms=settings.retrieval_timeout_ms)
-    service = CompletionService(settings, engine, count_tokens, settings.model_name, telemetry, retriever, grants,
-                                notes)
+    service = CompletionService(settings, engine, count_tokens, settings.model_name, telemetry, retriever, grants)
     for cache in service.cache_entries():  # read when /metrics is scraped
         metrics.CACHE_ENTRIES.labels(cache).set_function(lambda cache=cache: service.cache_entries()[cache])
     # plain text only where CTXPRESS_NATS_TLS=false says so (ctxpress_core.nats_connect)
@@ -88,10 +84,6 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     suffix = f".{settings.shard}" if settings.shard is not None else ""
     log.info("completion worker listening on %s (queue %s), Triton at %s", settings.completion_subject + suffix,
              settings.completion_queue, settings.effective_triton_url())
-    if settings.write_notes:
-        writer = NoteWriter(engine, settings.effective_database_url(), service.activity, service.engine_load,
-                            idle_s=settings.notes_idle_s, max_tokens=settings.notes_max_tokens)
-        tasks.add(asyncio.create_task(writer.run(stop)))  # stops with the worker, giving its block back
     await stop.wait()
     for sub, drain in subscriptions:  # no lost message: finish what was received, then leave the group
         await (sub.drain() if drain else sub.unsubscribe())
@@ -99,7 +91,6 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
         await asyncio.wait(tasks, timeout=settings.triton_timeout_s)
     await nc.drain()
     await telemetry.close()
-    notes.close()
     await engine.close()
     log.info("completion worker stopped")
 
@@ -116,9 +107,7 @@ async def _subscribe(nc: Client, settings: Settings, service: CompletionService,
 
     async def reply(msg: Msg, received_at: float) -> None:
         user = subject_user(msg.subject)
-        with service.activity.request():
-            payload = await within_share(limits, user, lambda: service.handle(msg.data, received_at, user),
-                                         retry_ms())
+        payload = await within_share(limits, user, lambda: service.handle(msg.data, received_at, user), retry_ms())
         if msg.reply:
             await msg.respond(payload)
 
