@@ -43,16 +43,23 @@ def team_settings(home: Path, database_url: str, **over: Any) -> Settings:
 
 
 @contextmanager
-def team_nats(settings: Settings) -> Iterator[NatsPart]:
-    """The embedded NATS as `ctxpress up` starts it in team mode (credentials, authorization block, auth check)."""
-    team.prepare_up(settings)
+def running_nats(settings: Settings) -> Iterator[NatsPart]:
+    """The embedded NATS of ``settings`` as it stands (no team set-up), for as long as the block runs."""
     part = NatsPart(settings)
     part.start(30)
     try:
-        team.after_part_started(settings, "nats")
         yield part
     finally:
         part.stop()
+
+
+@contextmanager
+def team_nats(settings: Settings) -> Iterator[NatsPart]:
+    """The embedded NATS as `ctxpress up` starts it in team mode (credentials, authorization block, auth check)."""
+    team.prepare_up(settings)
+    with running_nats(settings) as part:
+        team.after_part_started(settings, "nats")
+        yield part
 
 
 def add_developer(settings: Settings, name: str, repositories: list[str]) -> identity.NatsCredentials:

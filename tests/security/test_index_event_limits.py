@@ -15,7 +15,6 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import ValidationError
 from sqlalchemy import text
 
-from ctxpress.parts.nats_server import NatsPart
 from ctxpress_core.identity import user_subject
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import MAX_INDEX_PATH_BYTES, SUBJECT_INDEX_GIT, ChangedPath, FileSaved
@@ -23,7 +22,7 @@ from db.session import engine_for
 from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import Indexer
 from indexer.stream import dead_letters, ensure_stream
-from tests.team_services import embedded_postgres, team_settings
+from tests.team_services import embedded_postgres, running_nats, team_settings
 from workers.grants import Grants
 from workers.index_worker import IndexWorker
 
@@ -40,12 +39,8 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     root = tmp_path_factory.mktemp("limits")
     with embedded_postgres(root / "pg") as url:
         settings = team_settings(root / "home", url, team=False, index_max_deliver=2)
-        part = NatsPart(settings)
-        part.start(30)
-        try:
+        with running_nats(settings):
             yield settings
-        finally:
-            part.stop()
 
 
 def test_the_wire_refuses_paths_the_index_cannot_hold() -> None:

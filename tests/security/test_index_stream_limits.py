@@ -17,7 +17,6 @@ from nats.js.api import DiscardPolicy
 from nats.js.errors import APIError, NoStreamResponseError
 
 from ctxpress import dead_letters
-from ctxpress.parts.nats_server import NatsPart
 from ctxpress_core.identity import ensure_service_credentials, user_subject
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import HEADER_DEAD_SUBJECT, SUBJECT_FILE_SAVED, SUBJECT_INDEX_DEAD, SUBJECT_INDEX_GIT
@@ -29,7 +28,7 @@ from indexer.stream import (
     stream_config,
     users_at_quota,
 )
-from tests.team_services import team_settings
+from tests.team_services import running_nats, team_settings
 
 pytestmark = pytest.mark.services
 
@@ -40,12 +39,8 @@ UNUSED_DB = "postgresql+psycopg://unused@127.0.0.1:1/postgres"
 def local(tmp_path: Path) -> Iterator[Settings]:
     settings = team_settings(tmp_path, UNUSED_DB, team=False, index_user_max_events=3)
     ensure_service_credentials(settings)  # the indexer's: the team-mode dead-letter subject is keyed with it
-    part = NatsPart(settings)
-    part.start(30)
-    try:
+    with running_nats(settings):
         yield settings
-    finally:
-        part.stop()
 
 
 @pytest.fixture

@@ -27,7 +27,6 @@ import pytest
 from sqlalchemy import text
 
 from ctxpress.parts import parts
-from ctxpress.parts.nats_server import NatsPart
 from ctxpress.parts.postgres import PostgresPart
 from ctxpress.parts.workers import CompletionWorkerPart
 from ctxpress_core import identity
@@ -40,7 +39,7 @@ from db.session import engine_for
 from indexer.stream import ensure_stream, stream_config
 from tests.conftest import Appliance
 from tests.indexer.index_repo import git, make_repo
-from tests.team_services import plain_text_login, team_appliance, team_settings
+from tests.team_services import plain_text_login, running_nats, team_appliance, team_settings
 from workers.grants import GRANTS_TTL_S, Caller, Grants
 
 pytestmark = pytest.mark.services
@@ -551,12 +550,8 @@ def test_workers_refuse_team_mode_without_credentials(module: str, tmp_path: Pat
 def single_user(tmp_path: Path) -> Iterator[Settings]:
     settings = team_settings(tmp_path, "postgresql+psycopg://unused@127.0.0.1:1/postgres", team=False)
     assert not identity.team_mode(settings) and not identity.tls_on(settings)
-    part = NatsPart(settings)
-    part.start(30)
-    try:
+    with running_nats(settings):
         yield settings
-    finally:
-        part.stop()
 
 
 @pytest.fixture
