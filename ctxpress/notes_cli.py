@@ -11,23 +11,32 @@ import sys
 import time
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from ctxpress.index_cli import _Progress
 from ctxpress_core.settings import Settings
-from db import notes as store
-from db.session import engine_for
-from serving.triton_client import TritonCompletionClient
-from workers.completion.notes import write_note
+
+# SQLAlchemy's ORM, the Triton client and the workers' note writer are imported where they are used: `ctxpress`
+# registers this command on every start, and importing them here cost every other command half a second.
 
 
 def _counts(settings: Settings, repository: str | None) -> dict[str, int]:
+    from sqlalchemy.orm import Session
+
+    from db import notes as store
+    from db.session import engine_for
+
     with Session(engine_for(settings.effective_database_url())) as session:
         return store.note_counts(session, repository)
 
 
 async def _write(settings: Settings, repository: str | None, limit: int | None, progress: _Progress
                  ) -> dict[str, Any]:
+    from sqlalchemy.orm import Session
+
+    from db import notes as store
+    from db.session import engine_for
+    from serving.triton_client import TritonCompletionClient
+    from workers.completion.notes import write_note
+
     url = settings.effective_database_url()
     total = _counts(settings, repository)["pending"]
     total = min(total, limit) if limit is not None else total
