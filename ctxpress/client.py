@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
+from nats.errors import NoServersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from ctxpress_core import nats_connect
+from ctxpress_core.errors import PartUnavailable
 from ctxpress_core.repository_name import repository_name
 from ctxpress_core.settings import nats_servers
 from ctxpress_core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
@@ -38,6 +40,10 @@ def request_for_file(path: Path, line: int, column: int, **fields: Any) -> Compl
                              line=line, column=column, **fields)
 
 
+async def _quiet(exc: Exception) -> None:
+    pass
+
+
 # How much longer than the request's deadline the client waits for the worker's answer (which it
 # sends at the deadline at the latest).
 REPLY_MARGIN_S = 5.0
@@ -56,8 +62,15 @@ class CompletionClient:
         self._nc: Client | None = None
 
     async def __aenter__(self) -> CompletionClient:
-        self._nc = await nats_connect.connect(nats_servers(self.nats_url), connect_timeout=5, max_reconnect_attempts=3,
-                                              plaintext_credentials=self.plaintext_credentials, **self.connect_options)
+        # A failure reaches the caller as an exception (PartUnavailable, a request's timeout); nats-py's default
+        # callback would also log every failed attempt with its traceback, four before NATS is given up on.
+        options = {"error_cb": _quiet, **self.connect_options}
+        try:
+            self._nc = await nats_connect.connect(nats_servers(self.nats_url), connect_timeout=5,
+                                                  max_reconnect_attempts=3,
+                                                  plaintext_credentials=self.plaintext_credentials, **options)
+        except NoServersError as exc:
+            raise PartUnavailable("NATS", self.nats_url) from exc
         return self
 
     async def __aexit__(self, *exc: object) -> None:
