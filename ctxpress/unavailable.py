@@ -3,13 +3,14 @@
 ``ctxpress.cli.main`` hands every exception a command raises to ``part_down``: a ``PartUnavailable``, or a driver's
 error that means the same (nats-py's ``NoServersError``, SQLAlchemy's ``OperationalError``, the embedder's or the
 engine's client failing to reach Triton), anywhere in its cause chain or exception group, becomes the line
-``error: <part> at <address> does not answer (<reason>); <how to start it>`` and exit status 3 (as ``ctxpress
+``error: <part> at <address> cannot be reached (<reason>); <how to start it>`` and exit status 3 (as ``ctxpress
 status`` exits when a part is not running). Commands therefore catch none of these themselves; one that must tidy up
 first adds a note (``exc.add_note``) and raises it again, and the note ends the line.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 from ctxpress_core.errors import EmbeddingError, InferenceUnavailable, PartUnavailable
@@ -34,8 +35,13 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         stack.extend(c for c in (current.__context__, current.__cause__) if c is not None)
 
 
-def _reason(exc: BaseException) -> str:
-    """The driver's own words, short: the end of its first line (``… port 5432 failed: Connection refused``)."""
+def reason(exc: BaseException) -> str:
+    """Why, short: the system's words for a socket's error, else the end of the driver's first line (``… port 5432
+    failed: Connection refused``)."""
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno)
+    if isinstance(exc, TimeoutError):
+        return "timed out"
     lines = str(exc).strip().splitlines()
     return lines[0].rsplit(": ", 1)[-1].strip() if lines else ""
 
@@ -57,14 +63,14 @@ def part_down(exc: BaseException, settings: Settings) -> PartUnavailable | None:
         if isinstance(cause, PartUnavailable):
             return cause
         if isinstance(cause, EmbeddingError | InferenceUnavailable):
-            return PartUnavailable("Triton", settings.effective_triton_url(), _reason(cause))
+            return PartUnavailable("Triton", settings.effective_triton_url(), reason(cause))
         kind = f"{type(cause).__module__}.{type(cause).__qualname__}"
         # By name: these modules are imported only by the commands that use them, and only those can raise them.
         if kind == "nats.errors.NoServersError":
             return PartUnavailable("NATS", settings.effective_nats_url())
         if kind in ("sqlalchemy.exc.OperationalError", "psycopg.OperationalError"):
             return PartUnavailable("PostgreSQL", _database_address(settings),
-                                   _reason(getattr(cause, "orig", None) or cause))
+                                   reason(getattr(cause, "orig", None) or cause))
     return None
 
 

@@ -122,7 +122,7 @@ class PartUnavailable(CtxpressError):
     same meaning, into one line that says how to start it (ctxpress/unavailable.py)."""
 
     def __init__(self, part: str, address: str, reason: str = "") -> None:
-        super().__init__(f"{part} at {address} does not answer" + (f" ({reason})" if reason else ""))
+        super().__init__(f"{part} at {address} cannot be reached" + (f" ({reason})" if reason else ""))
         self.part = part
         self.address = address
         self.reason = reason

@@ -113,7 +113,7 @@ def test_a_command_says_in_one_line_which_part_is_down(
     port = {"NATS": env["CTXPRESS_NATS_PORT"], "PostgreSQL": env["CTXPRESS_POSTGRES_PORT"],
             "Triton": env["CTXPRESS_TRITON_GRPC_PORT"]}[command.part]
     assert lines[0].startswith(f"error: {command.part} at "), lines[0]
-    assert f":{port} does not answer" in lines[0], lines[0]
+    assert f":{port} cannot be reached" in lines[0], lines[0]
     assert "start the appliance with `ctxpress up`" in lines[0], lines[0]
     assert answer.returncode == EXIT_PART_DOWN, answer
 
@@ -139,7 +139,7 @@ def test_hooks_install_without_nats_installs_them_and_says_so_in_a_line(answers:
 def test_a_part_down_inside_an_exception_group_is_found() -> None:
     group = ExceptionGroup("gathered", [ValueError("other"), NoServersError()])
     line = explain(group, Settings(nats_port=4999))
-    assert line is not None and line.startswith("error: NATS at nats://127.0.0.1:4999 does not answer;")
+    assert line is not None and line.startswith("error: NATS at nats://127.0.0.1:4999 cannot be reached;")
 
 
 def test_a_part_configured_elsewhere_names_its_setting_not_ctxpress_up() -> None:
