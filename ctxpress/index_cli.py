@@ -180,17 +180,11 @@ def _ensure_stream(settings: Settings) -> None:
     kept; when it does not answer, the worker creates it at start."""
     import asyncio
 
-    async def quiet(exc: Exception) -> None:
-        pass  # nats-py would log each failed attempt with its traceback: the note below says it once
-
     async def go() -> None:
         from ctxpress_core import nats_connect
         from indexer.stream import ensure_stream
 
-        # Two attempts, 0.1 s apart: nats-py 2.16 retries a first connection forever when max_reconnect_attempts
-        # is 0, whatever allow_reconnect says, and 1 is its fewest (one retry).
-        nc = await nats_connect.connect(settings.nats_servers(), connect_timeout=1, max_reconnect_attempts=1,
-                                        reconnect_time_wait=0.1, allow_reconnect=False, error_cb=quiet)
+        nc = await nats_connect.connect(settings.nats_servers(), connect_timeout=1, allow_reconnect=False)
         try:
             await ensure_stream(nc.jetstream(), settings)
         finally:

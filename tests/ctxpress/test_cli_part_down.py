@@ -7,6 +7,7 @@ test reads one command's answer. No services."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -47,8 +48,9 @@ COMMANDS = [
     Command("deploy", ("deploy", "roles"), "PostgreSQL"),
     Command("console", ("console",), "PostgreSQL"),
 ]
-# NATS is optional to `hooks install` (the index worker creates its stream when it starts): run with the others.
-HOOKS_INSTALL = ("hooks", "install", "{repo}")
+# Run with the others: NATS is optional to `hooks install` (the index worker creates its stream when it starts), and
+# `status` probes a worker whose process lives (NATS died under it) over NATS.
+OTHERS = {"hooks": ("hooks", "install", "{repo}"), "status": ("status",)}
 
 
 @dataclass
@@ -84,18 +86,21 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Answers]:
                      f'"expected": "a + b"}}\n')
     fill = {"{repo}": str(repo), "{file}": str(repo / "a.py"), "{cases}": str(cases)}
     env = nothing_up_env(root / "home")
+    worker = subprocess.Popen(["sleep", "300"])  # the completion worker's pid file names a live process
+    (root / "home" / "run").mkdir(parents=True)
+    (root / "home" / "run" / "completion-worker.pid").write_text(f"{worker.pid}\n")
     started = time.monotonic()
     running = {name: subprocess.Popen(
         [sys.executable, "-m", "ctxpress.cli", *(fill.get(arg, arg) for arg in args)], env=env,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
-        for name, args in [*((c.name, c.args) for c in COMMANDS), ("hooks", HOOKS_INSTALL)]}
+        for name, args in [*((c.name, c.args) for c in COMMANDS), *OTHERS.items()]}
     done: dict[str, Answer] = {}
     try:
         for name, process in running.items():
             stdout, stderr = process.communicate(timeout=120)
             done[name] = Answer(process.returncode, stdout, stderr, time.monotonic() - started)
     finally:
-        for process in running.values():
+        for process in [*running.values(), worker]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
@@ -131,6 +136,14 @@ def test_hooks_install_without_nats_installs_them_and_says_so_in_a_line(answers:
     lines = [line for line in answer.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "not reachable now" in lines[0], answer.stderr
     assert (repo / ".git" / "hooks" / "post-commit").exists()
+
+
+def test_status_with_nats_gone_under_a_live_worker_reports_it_down(answers: Answers) -> None:
+    """The worker's probe asks NATS once: nats-py retried a first connection forever, and status never returned."""
+    answer = answers[1]["status"]
+    assert answer.returncode == 3, answer.stdout + answer.stderr
+    assert "Traceback" not in answer.stderr and "encountered error" not in answer.stderr, answer.stderr
+    assert re.search(r"completion-worker +stopped +pid \d+", answer.stdout), answer.stdout
 
 
 # --- the mapping itself, in-process -------------------------------------------------------------------------------
