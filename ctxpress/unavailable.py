@@ -2,7 +2,8 @@
 
 ``ctxpress.cli.main`` hands every exception a command raises to ``part_down``: a ``PartUnavailable``, or a driver's
 error that means the same (nats-py's ``NoServersError``, SQLAlchemy's ``OperationalError``, the embedder's or the
-engine's client failing to reach Triton), anywhere in its cause chain or exception group, becomes the line
+engine's client failing to reach Triton), itself, what it was raised from or a member of its exception group,
+becomes the line
 ``error: <part> at <address> cannot be reached (<reason>); <how to start it>`` and exit status 3 (as ``ctxpress
 status`` exits when a part is not running). Commands therefore catch none of these themselves; one that must tidy up
 first adds a note (``exc.add_note``) and raises it again, and the note ends the line.
@@ -20,8 +21,9 @@ EXIT_PART_DOWN = 3
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
-    """``exc``, what it was raised from or during, and the members of exception groups (asyncio's task groups and
-    gathers), each once."""
+    """``exc``, what it was raised from (``raise … from``), and the members of exception groups (asyncio's task
+    groups), each once. Not what it was raised *during*: an error in the handling of a lost connection is a bug of
+    its own, and keeps its traceback."""
     seen: set[int] = set()
     stack = [exc]
     while stack:
@@ -32,7 +34,8 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         yield current
         if isinstance(current, BaseExceptionGroup):
             stack.extend(reversed(current.exceptions))
-        stack.extend(c for c in (current.__context__, current.__cause__) if c is not None)
+        if current.__cause__ is not None:
+            stack.append(current.__cause__)
 
 
 def reason(exc: BaseException) -> str:

@@ -33,9 +33,10 @@ class Command:
     part: str  # the part its line names
 
 
-# Every command of `ctxpress --help` that needs a part (the rest: up, down, status, demo, explain, build-engines,
-# triton-repo and deploy setup start or need none; lsp and serve-http are doors that run while the appliance is down
-# and answer each request with its error; worker and gateway wait for NATS, as a container started before it must).
+# Every command of `ctxpress --help` that needs a part. The rest: up, down and demo start or stop the parts
+# themselves; status reports them (run below); explain, build-engines, triton-repo, eval make-cases and deploy setup
+# need none; lsp and serve-http are doors that run while the appliance is down and answer each request with its
+# error; worker and gateway wait for NATS, as a container started before it must.
 COMMANDS = [
     Command("complete", ("complete", "{file}", "--line", "1", "--column", "11"), "NATS"),
     Command("eval", ("eval", "--cases", "{cases}"), "NATS"),
@@ -164,3 +165,10 @@ def test_a_part_configured_elsewhere_names_its_setting_not_ctxpress_up() -> None
 
 def test_any_other_error_is_left_alone() -> None:
     assert explain(RuntimeError("a bug"), Settings()) is None
+    try:
+        try:
+            raise NoServersError
+        except NoServersError:
+            raise KeyError("a bug in the handling")  # noqa: B904 (raised during the handling: what is tested)
+    except KeyError as bug:
+        assert explain(bug, Settings()) is None  # raised during, not from: its traceback is what helps
