@@ -1,9 +1,10 @@
-# ctxpress: `make demo` runs the appliance on the embedded defaults, `make test` runs every test.
+# ctxpress: `make demo` runs the appliance on the embedded defaults, `make test` runs every test, `make check` in
+# under a minute the lint and every test that needs no service.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint up down clean eval-long eval-short eval-heldout eval-cross bench fuzz faults editor-clients e2e
+.PHONY: install demo test check lint up down clean eval-long eval-short eval-heldout eval-cross bench fuzz faults editor-clients e2e
 
 # llama-cpp-python compiles llama.cpp with ggml's CPU backend as run-time variants: one
 # libggml-cpu-<microarch>.so per x86-64 generation (SSE4.2 … AVX2, AVX-512, AMX) beside libllama.so,
@@ -76,6 +77,24 @@ faults: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+
+# ruff, the import contracts, and every test that needs no service, model or editor client (`pytest --pure`: the
+# markers tests/kinds.py applies; a test that starts one unmarked fails here). It takes the virtualenv as it is:
+# a pyproject.toml newer than the install stamp would have `install` reinstall for minutes before the first lint
+# message (`make install` or `make test` does that); only where there is no virtualenv does it make one. Two pytest
+# processes, half the test files each (--shard), so the tests that wait overlap the others on two cores; without
+# pytest's cache, which both would write at once. CHECK_BASETEMP=DIR: each shard's temporary files under DIR.
+CHECK_SHARDS := 0 1
+
+check:
+	@test -x $(PY) || $(MAKE) --no-print-directory install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	@$(MAKE) --no-print-directory -j$(words $(CHECK_SHARDS)) -Otarget $(CHECK_SHARDS:%=check-shard-%)
+
+check-shard-%:
+	$(PY) -m pytest -q -p no:cacheprovider --pure --shard $*/$(words $(CHECK_SHARDS)) \
+		$(if $(CHECK_BASETEMP),--basetemp=$(CHECK_BASETEMP)/shard-$*)
 
 up: install
 	$(VENV)/bin/ctxpress up

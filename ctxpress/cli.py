@@ -237,7 +237,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in {"build-engines", "triton-repo"}:
         return int(args.func(args))  # they stand alone: no appliance settings
-    return int(args.func(args, get_settings()))
+    settings = get_settings()
+    try:
+        return int(args.func(args, settings))
+    except Exception as exc:
+        # A part that does not answer is said in one line, whichever command needed it (ctxpress/unavailable.py);
+        # anything else keeps its traceback, which is then a bug to report.
+        from ctxpress.unavailable import EXIT_PART_DOWN, explain
+
+        line = explain(exc, settings)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return EXIT_PART_DOWN
 
 
 if __name__ == "__main__":

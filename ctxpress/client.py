@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
+from nats.errors import NoServersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from ctxpress.unavailable import reason
 from ctxpress_core import nats_connect
+from ctxpress_core.errors import PartUnavailable
 from ctxpress_core.repository_name import repository_name
 from ctxpress_core.settings import nats_servers
 from ctxpress_core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FILE_OPENED, CompletionRequest, FileOpened
@@ -56,8 +59,22 @@ class CompletionClient:
         self._nc: Client | None = None
 
     async def __aenter__(self) -> CompletionClient:
-        self._nc = await nats_connect.connect(nats_servers(self.nats_url), connect_timeout=5, max_reconnect_attempts=3,
-                                              plaintext_credentials=self.plaintext_credentials, **self.connect_options)
+        # A failure reaches the caller as an exception (PartUnavailable, a request's timeout): nats-py's default
+        # callback would also log every failed attempt with its traceback, four before NATS is given up on. The
+        # last one says why (refused, timed out, no TLS offered), which NoServersError does not.
+        failures: list[Exception] = []
+
+        async def failed(exc: Exception) -> None:
+            failures.append(exc)
+
+        options = {"error_cb": failed, **self.connect_options}
+        try:
+            self._nc = await nats_connect.connect(nats_servers(self.nats_url), connect_timeout=5,
+                                                  max_reconnect_attempts=3,
+                                                  plaintext_credentials=self.plaintext_credentials, **options)
+        except NoServersError as exc:
+            cause = failures[-1] if failures else exc
+            raise PartUnavailable("NATS", self.nats_url, reason(cause)) from cause
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -79,12 +79,11 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
             print(f"indexing {root} as {name!r}{' (changed files only)' if args.changed else ''}", file=sys.stderr)
         run = indexer.index_changed if args.changed else indexer.index_repository
         summary = run(root, name, progress=progress)
-    except EmbeddingError as exc:
+    except (EmbeddingError, OperationalError) as exc:
+        # Triton or PostgreSQL is down: `ctxpress` says which in one line (ctxpress/unavailable.py), this ends it.
         progress.close()
-        return _fail(f"{exc} (is `ctxpress up` running?); the index is unchanged")
-    except OperationalError as exc:
-        progress.close()
-        return _fail(f"database unavailable: {exc.orig or exc}; the index is unchanged")
+        exc.add_note("the index is unchanged")
+        raise
     except WalkError as exc:
         progress.close()
         return _fail(str(exc), 2)
@@ -118,17 +117,12 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
-    from sqlalchemy.exc import OperationalError
-
     from ctxpress.search import search
 
     query = " ".join(args.query).strip()
     if not query:
         return _fail("empty query", 2)
-    try:
-        result = search(settings, args.repo, query, args.k)
-    except OperationalError as exc:
-        return _fail(f"database unavailable: {exc.orig or exc}")
+    result = search(settings, args.repo, query, args.k)  # a database that is down: ctxpress/unavailable.py
     if result.warning:
         print(f"warning: {result.warning}", file=sys.stderr)
     hits, ms = result.hits, result.ms
@@ -190,15 +184,14 @@ def _ensure_stream(settings: Settings) -> None:
         from ctxpress_core import nats_connect
         from indexer.stream import ensure_stream
 
-        nc = await nats_connect.connect(settings.nats_servers(), connect_timeout=1, max_reconnect_attempts=0,
-                                allow_reconnect=False)
+        nc = await nats_connect.connect(settings.nats_servers(), connect_timeout=1, allow_reconnect=False)
         try:
             await ensure_stream(nc.jetstream(), settings)
         finally:
             await nc.close()
 
     try:
-        asyncio.run(go())
+        asyncio.run(asyncio.wait_for(go(), 10))  # the hooks are installed whether or not NATS answers
     except Exception:
         print(f"  (NATS at {settings.effective_nats_url()} not reachable now; hooks will say so until it is)",
               file=sys.stderr)

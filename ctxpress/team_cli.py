@@ -46,8 +46,6 @@ def _stderr(line: str) -> None:
 
 
 def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
-    from sqlalchemy.exc import OperationalError
-
     from ctxpress import members
     from ctxpress_core import identity
     from db import team as store
@@ -106,8 +104,6 @@ def _cmd_users(args: argparse.Namespace, settings: Settings) -> int:
             print(f"console admin {args.name} {'has a new password' if args.reset else 'added'}"
                   f"{'; the password above is shown once' if password is not None else ''}; sign in at "
                   f"{settings.console_url()}", file=sys.stderr)
-    except OperationalError as exc:
-        return _fail(f"database unavailable ({exc.orig or exc}); is `ctxpress up` running?")
     except (store.UnknownUser, store.UserExists, AdminExists, ValueError) as exc:
         return _fail(str(exc), 2)
     except identity.TeamConfigError as exc:
@@ -148,7 +144,7 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_deploy(args: argparse.Namespace, settings: Settings) -> int:
-    from sqlalchemy.exc import OperationalError, ProgrammingError
+    from sqlalchemy.exc import ProgrammingError
 
     from ctxpress import deployment
     from ctxpress_core import identity
@@ -164,7 +160,7 @@ def _cmd_deploy(args: argparse.Namespace, settings: Settings) -> int:
             what = "each service's database URL (its own role)"
     except (ValueError, identity.TeamConfigError) as exc:
         return _fail(str(exc), 2)
-    except (OperationalError, ProgrammingError) as exc:
+    except ProgrammingError as exc:  # one that is down is said by ctxpress/unavailable.py
         return _fail(f"database: {str(exc.orig or exc).splitlines()[0]} (CTXPRESS_DATABASE_URL must be a superuser's)")
     for path in written:
         print(f"  {path}", file=sys.stderr)

@@ -114,3 +114,15 @@ class RateLimited(CtxpressError):
     def __init__(self, message: str, retry_after_ms: int) -> None:
         super().__init__(message)
         self.retry_after_ms = max(1, int(retry_after_ms))
+
+
+class PartUnavailable(CtxpressError):
+    """A part of the appliance (NATS, PostgreSQL, Triton) does not answer where the settings say it is. Raised by a
+    client that knows the address it tried; the ``ctxpress`` command turns it, and the drivers' own errors of the
+    same meaning, into one line that says how to start it (ctxpress/unavailable.py)."""
+
+    def __init__(self, part: str, address: str, reason: str = "") -> None:
+        super().__init__(f"{part} at {address} cannot be reached" + (f" ({reason})" if reason else ""))
+        self.part = part
+        self.address = address
+        self.reason = reason

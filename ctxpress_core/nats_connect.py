@@ -59,10 +59,27 @@ def sends_credential(servers: str | list[str], options: dict[str, Any]) -> bool:
         urlsplit(u if "://" in u else f"nats://{u}").username is not None for u in urls)
 
 
+async def _quiet(exc: Exception) -> None:
+    pass
+
+
+def one_attempt(options: dict[str, Any]) -> dict[str, Any]:
+    """The options of a connection that must not be retried (``allow_reconnect=False``), as nats-py 2.16 needs them.
+
+    nats-py retries a first connection whose TCP connect fails forever when ``max_reconnect_attempts`` is 0 (its "no
+    limit"), whatever ``allow_reconnect`` says: a probe of a NATS that is down never returned, and logged a
+    traceback every 2 s. 1 is its fewest (one retry), here without the wait before it. The caller learns of the
+    failure from the exception, so the attempts are not logged as well, unless it passed its own ``error_cb``."""
+    if options.get("allow_reconnect", True):
+        return options
+    return {"error_cb": _quiet, **options, "max_reconnect_attempts": 1, "reconnect_time_wait": 0}
+
+
 async def connect(servers: str | list[str], *, plaintext_credentials: bool = False, **options: Any) -> Client:
     """``nats.connect``, refusing a server that does not require TLS where TLS is configured or a credential is
-    sent (``plaintext_credentials``: the configuration says this one may go in clear; see the module)."""
+    sent (``plaintext_credentials``: the configuration says this one may go in clear; see the module). With
+    ``allow_reconnect=False``, one attempt and its retry, whatever nats-py would do (``one_attempt``)."""
     require_tls = tls_wanted(servers, options) or (sends_credential(servers, options) and not plaintext_credentials)
     client: Client = _TlsRequiringClient() if require_tls else Client()
-    await client.connect(servers, **options)
+    await client.connect(servers, **one_attempt(options))
     return client

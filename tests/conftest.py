@@ -21,6 +21,13 @@ from ctxpress_core.settings import Settings
 from indexer.embeddings import TritonEmbedder
 from serving.tokenizer import Tokenizer
 
+# Each test's kinds (services, model, editors, scripted), `pytest --pure` and `--shard` (make check): a plugin,
+# imported here first for `needs` (registered for rewriting, as pytest would have, so it does not warn).
+pytest.register_assert_rewrite("tests.kinds")
+from tests.kinds import needs  # noqa: E402
+
+pytest_plugins = ["tests.kinds"]
+
 
 def free_port() -> int:
     return free_ports(1)[0]
@@ -35,6 +42,7 @@ def tokenizer(model_path: Path) -> Iterator[Tokenizer]:
 
 
 @pytest.fixture(scope="session")
+@needs("model")
 def model_path() -> Path:
     """The real target GGUF, joined once per machine in the default state directory."""
     from serving.weights import TARGET, ensure_model
@@ -98,6 +106,7 @@ def running_appliance(env: dict[str, str]) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
+@needs("services")
 def appliance(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[Appliance]:
     home = tmp_path_factory.mktemp("ctxpress-home")
     with running_appliance(appliance_env(home, model_path)) as env:

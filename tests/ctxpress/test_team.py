@@ -28,6 +28,7 @@ from ctxpress_core.wire.v1 import SUBJECT_INDEX_GIT
 from indexer.hook_publish import PublishError, TinyNats
 from indexer.stream import dead_letter_subject, ensure_stream
 from tests.indexer.index_repo import git, make_repo
+from tests.kinds import needs
 from tests.team_services import add_developer, embedded_postgres, plain_text_login, team_nats, team_settings
 
 # --- no services ----------------------------------------------------------------------------------------
@@ -182,6 +183,7 @@ def test_up_refuses_team_mode_against_an_external_nats_without_credentials(tmp_p
 
 
 @pytest.fixture(scope="module")
+@needs("services")
 def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with embedded_postgres(tmp_path_factory.mktemp("team-pg")) as url:
         yield url

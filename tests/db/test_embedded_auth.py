@@ -15,6 +15,8 @@ from db.embedded import DB_USER, EmbeddedPostgres
 from db.session import engine_for
 from tests.conftest import free_ports
 
+pytestmark = pytest.mark.services  # real PostgreSQL servers, started here
+
 
 def _refused_without_password(server: EmbeddedPostgres) -> None:
     for password in (None, "not-the-password"):

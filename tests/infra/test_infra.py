@@ -9,6 +9,8 @@ writes into a temporary directory.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import re
@@ -64,8 +66,14 @@ def _env(raw: dict | list | None) -> dict[str, str]:
     return {k: "" if v is None else str(v).lower() if isinstance(v, bool) else str(v) for k, v in (raw or {}).items()}
 
 
+@functools.cache
+def _parsed_compose() -> dict:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # parsed once per run, as the manifests below
+    return yaml.load((INFRA / "docker-compose.yml").read_text().replace(TEAM_HOME_VARIABLE, KIT_MARK), loader)
+
+
 def _compose() -> dict:
-    return yaml.safe_load((INFRA / "docker-compose.yml").read_text().replace(TEAM_HOME_VARIABLE, KIT_MARK))
+    return copy.deepcopy(_parsed_compose())
 
 
 def _compose_containers() -> dict[str, Container]:
@@ -91,8 +99,16 @@ def _compose_containers() -> dict[str, Container]:
     return found
 
 
+@functools.cache
+def _parsed_k8s_docs() -> tuple[dict, ...]:
+    # Parsed once per run (libyaml's safe loader where PyYAML has it): each workload's container reads them all
+    # again, and parsing them each time cost a second a test.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(d for f in sorted((INFRA / "k8s").glob("*.yaml")) for d in yaml.load_all(f.read_text(), loader) if d)
+
+
 def _k8s_docs() -> list[dict]:
-    return [d for f in sorted((INFRA / "k8s").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    return copy.deepcopy(list(_parsed_k8s_docs()))  # a test may change what it reads
 
 
 def _workloads() -> dict[str, dict]:

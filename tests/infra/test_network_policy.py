@@ -7,6 +7,8 @@ pod of the cluster reached Triton, PostgreSQL and the metrics."""
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,15 @@ OUTSIDE = None  # a client beyond the cluster (the developers' editors)
 Pod = tuple[str, dict[str, str]]  # (namespace, labels)
 
 
+@functools.cache
+def _parsed() -> tuple[dict[str, Any], ...]:
+    # Parsed once per run (libyaml's safe loader where PyYAML has it), not once per evaluated connection.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(d for f in sorted(K8S.glob("*.yaml")) for d in yaml.load_all(f.read_text(), loader) if d)
+
+
 def _docs() -> list[dict[str, Any]]:
-    return [d for f in sorted(K8S.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    return copy.deepcopy(list(_parsed()))  # a test may change what it reads
 
 
 def _policies() -> list[dict[str, Any]]:

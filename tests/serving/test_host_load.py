@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from ctxpress.evaluation.busy import BackgroundLoad
 from serving.engine.host_load import HostLoad
 
@@ -49,5 +51,9 @@ def test_a_process_spinning_at_normal_priority_takes_a_core_and_a_niced_one_none
     # what the rest of the host runs meanwhile (another test run, a build) is measured too: each spinner is
     # judged by what it adds to the host without it
     idle = _measured(None)
+    if (os.cpu_count() or 1) - idle < 0.9:
+        # The host is saturated already (other work, a `make check` shard beside this one): a spinner would take
+        # its core from them, and what it adds cannot be measured. Said, not passed and not failed.
+        pytest.skip(f"no core free to measure on: the host ran {idle:.1f} cores of {os.cpu_count()} without a spinner")
     assert _measured(0) - idle >= 0.7
     assert _measured(15) - idle < 0.5

@@ -14,9 +14,11 @@ import pytest
 
 from ctxpress.lsp.appliance import Appliance, Unreachable
 from tests.conftest import free_port
+from tests.kinds import needs
 
 
 @pytest.fixture
+@needs("services")
 async def live_nats() -> AsyncIterator[str]:
     port = free_port()
     server = await asyncio.create_subprocess_exec(str(Path(sys.executable).parent / "nats-server"), "-a", "127.0.0.1",
