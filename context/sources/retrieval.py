@@ -61,7 +61,7 @@ EMBED_TIMEOUT_S = 0.25
 _BUILTINS = frozenset(dir(builtins))
 _PARAM = re.compile(r"[(,]\s*\*{0,2}&?(?:mut\s+)?([A-Za-z_]\w*)")
 _WHITESPACE = re.compile(r"\s+")
-_ASSIGNED = re.compile(r"(?:^|[\s,(])(?:let|const|var|auto|mut)?\s*([A-Za-z_]\w*)\s*(?::=|=(?!=)|\bin\b)")
+_ASSIGNED = re.compile(r"(?:^|[\s,(])(?:(?:let|const|var|auto|mut)\s+)?([A-Za-z_]\w*)\s*(?::=|=(?!=)|\bin\b)")
 
 
 @dataclass
