@@ -7,8 +7,8 @@ from collections.abc import Callable
 from ctx_samples import CROP_ONLY
 from longfile import long_python_file
 
-from context import steady
-from context.assemble import assemble_context
+from context.assembly import steady
+from context.in_file import in_file_context
 from context.model import AssembledContext
 from context.options import AssemblyOptions
 from context.packing.pack import Segment
@@ -45,7 +45,7 @@ def _at(text: str, line: int, column: int) -> str:
 
 def _assemble(text: str, path: str, line: int, column: int, count_tokens: Counter, session: FileSession,
               **kw: object) -> AssembledContext:
-    return assemble_context(text, path, line, column, count_tokens=count_tokens, session=session,
+    return in_file_context(text, path, line, column, count_tokens=count_tokens, session=session,
                             options=AssemblyOptions(timeout_ms=5000, **{**CROP_ONLY, **kw}))  # type: ignore[arg-type]
 
 

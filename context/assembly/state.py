@@ -1,11 +1,14 @@
-"""One assembly's state, shared by its stages (assemble.py, selection.py): its inputs and what every stage
-uses, worked out once (``Assembly``); the clock of its stages and its deadline; the enclosing block with the
-excerpts packed beside it (``Packed``); and the signals that send the request to the window instead."""
+"""One assembly's state, shared by its stages: its inputs and what every stage uses, worked out once
+(``Assembly``); the clock of its stages and its deadline; the enclosing block with the excerpts packed beside
+it (``Packed``); the failure that sends the request to the window instead (``AssemblyFailed``); and the
+render-count-shrink loop every stage fits its prompt to the budget with (``fit_to_budget``)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from context.options import AssemblyOptions
 from context.packing.pack import Candidate, Rendered, render_prompt
@@ -16,25 +19,27 @@ from syntax.parsed_file import ParsedFile
 from syntax.summaries import Outline, elision_marker
 from syntax.symbols.model import FileSymbols
 
-
-class Timeout(Exception):
-    pass
-
-
-class ParseFailure(Exception):
-    pass
+State = TypeVar("State")
+Result = TypeVar("Result")
 
 
-class BlockOverBudget(Exception):
-    """The cursor's block cut to its least (the cursor line up to the cursor, and the suffix's first line) is
-    still over the budget: nothing the packer may drop would bring the prompt within it."""
+class AssemblyFailed(Exception):
+    """The assembly cannot give this request a prompt; the caller sends the window. ``cause`` is one of
+    "unsupported-language", "parse-failure", "block-over-budget", "timeout", "error" (the metrics' label);
+    ``reason`` says why, for the report."""
+
+    def __init__(self, cause: str, reason: str) -> None:
+        super().__init__(reason)
+        self.cause = cause
+        self.reason = reason
 
 
 class Clock:
     """Each stage's wall time, and the deadline on the assembly's own CPU time."""
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, timeout_ms: float) -> None:
         self.deadline = deadline
+        self.timeout_ms = timeout_ms
         self.timings: dict[str, float] = {}
         self._stage_started = time.perf_counter()
 
@@ -43,7 +48,7 @@ class Clock:
         now = time.perf_counter()
         self.timings[stage] = (now - self._stage_started) * 1000.0
         if time.thread_time() > self.deadline:
-            raise Timeout(stage)
+            raise AssemblyFailed("timeout", f"assembly exceeded {self.timeout_ms:g} ms")
         self._stage_started = now
 
 
@@ -62,8 +67,8 @@ class Assembly:
     outline: Outline
     count_tokens: TokenCounter  # memoised
     clock: Clock
-    cursor_byte: int = 0
-    marker_tokens: int = 0  # an elision marker in the file's comment syntax
+    cursor_byte: int = field(init=False)
+    marker_tokens: int = field(init=False)  # an elision marker in the file's comment syntax
     estimate_lines: LineRangeTokens = field(init=False)
     # Blocks' forms are counted by memoised segments too (``exact``, also in packing): a long one
     # (an import list's summary runs to thousands of characters) is past the whole-text memo's
@@ -78,12 +83,9 @@ class Assembly:
         self.exact = exact_counter(self.count_tokens)
         self.file_lines = wire_lines(self.text)
 
-    held_below: int = 0  # suffix_floor: tokens the packing leaves for the lines below the enclosing block
-
     @property
     def budget(self) -> int:
-        """The prompt's budget, less what is held for the lines below while the excerpts are packed."""
-        return self.options.budget_tokens - self.held_below
+        return self.options.budget_tokens
 
     def prompt_tokens(self, prefix: str, suffix: str) -> int:
         return self.exact(prefix) + self.exact(suffix)
@@ -102,4 +104,22 @@ class Packed:
     dropped: list[Candidate]
     rendered: Rendered
     total: int  # the rendered prompt's real token count
-    held_below: int = 0  # suffix_floor: tokens left for the lines below the block (context/sources/below.py)
+    held_below: int = 0  # suffix_floor: tokens left for the lines below the block (below.py)
+
+
+def fit_to_budget(attempt: Callable[[State], tuple[Result, int]], shrink: Callable[[State, int], State | None],
+                  state: State, *, tries: int | None = None) -> tuple[Result, bool]:
+    """Token counts of pieces are not additive (merges across boundaries, markers): render ``state`` and count
+    it for real (``attempt`` gives the result and its excess over the budget); while over, ``shrink`` it by
+    the excess and try again, at most ``tries`` times (None: until ``shrink`` has nothing left to cut, None).
+    The last result, and whether it fits."""
+    while True:
+        result, excess = attempt(state)
+        if excess <= 0:
+            return result, True
+        if tries is not None:
+            tries -= 1
+        smaller = shrink(state, excess) if tries != 0 else None
+        if smaller is None:
+            return result, False
+        state = smaller
