@@ -45,7 +45,7 @@ def _measure(session: FileSession, lines: int, requests: Iterable[tuple[str, int
     stages: list[dict[str, float]] = []
     for text, line, column in requests:
         ctx = in_file_context(text, session.path, line, column, count_tokens=count_tokens,
-                               options=options, session=session)
+                              options=options, session=session)
         times.append(ctx.elapsed_ms)
         stages.append(ctx.timings_ms)
         fallbacks += ctx.strategy == "window-fallback"

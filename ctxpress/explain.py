@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None, count_tokens: Callable[[str], int] |
     options = AssemblyOptions(budget_tokens=args.budget, language=language, recent_edit_lines=edits,
                               timeout_ms=args.timeout_ms, exact_file_tokens=True)
     ctx = in_file_context(text, str(args.file), args.line, args.column,
-                           count_tokens=count_tokens or rough_token_count, options=options)
+                          count_tokens=count_tokens or rough_token_count, options=options)
     sys.stdout.write(explain(ctx) + "\n")
     return 0
 

@@ -25,7 +25,7 @@ Counter = Callable[[str], int]
 def _ctx(text: str, line: int, column: int, count_tokens: Counter, path: str = "orderbook.py",
          **options: Any) -> AssembledContext:
     return in_file_context(text, path, line, column, count_tokens=count_tokens,
-                            options=AssemblyOptions(**{"timeout_ms": 2000, **CROP_ONLY, **options}))
+                           options=AssemblyOptions(**{"timeout_ms": 2000, **CROP_ONLY, **options}))
 
 
 def test_prefix_and_suffix_join_at_the_cursor(count_tokens: Counter) -> None:
@@ -150,7 +150,7 @@ def test_budget_is_respected_on_a_long_real_file(budget: int, count_tokens: Coun
     lines = text.splitlines()
     for line in range(200, len(lines) - 50, max(1, len(lines) // 12)):
         ctx = in_file_context(text, path, line, 4, count_tokens=count_tokens,
-                               options=AssemblyOptions(budget_tokens=budget, timeout_ms=5000, **CROP_ONLY))
+                              options=AssemblyOptions(budget_tokens=budget, timeout_ms=5000, **CROP_ONLY))
         assert ctx.strategy == "ast"
         real = count_tokens(ctx.prefix) + count_tokens(ctx.suffix)
         assert real == ctx.context_tokens
@@ -166,13 +166,13 @@ def test_long_file_compression_and_assembly_time(count_tokens: Counter) -> None:
     times, ratios = [], []
     for line in range(150, len(lines) - 50, max(1, len(lines) // 25)):
         in_file_context(text, path, line, 0, count_tokens=count_tokens, session=session,
-                         options=AssemblyOptions(timeout_ms=5000, **CROP_ONLY))
+                        options=AssemblyOptions(timeout_ms=5000, **CROP_ONLY))
         content = lines[line].rstrip("\n")
         indent = len(content) - len(content.lstrip())
         typed = list(lines)
         typed[line] = lines[line][:indent] + "x" + lines[line][indent:]  # one keystroke
         ctx = in_file_context("".join(typed), path, line, indent + 1, count_tokens=count_tokens, session=session,
-                               options=AssemblyOptions(timeout_ms=5000, exact_file_tokens=True, **CROP_ONLY))
+                              options=AssemblyOptions(timeout_ms=5000, exact_file_tokens=True, **CROP_ONLY))
         assert ctx.strategy == "ast"
         times.append(ctx.elapsed_ms - ctx.timings_ms.get("file_tokens", 0.0))
         ratios.append(ctx.compression_ratio)
@@ -185,7 +185,7 @@ def test_long_file_compression_and_assembly_time(count_tokens: Counter) -> None:
 def test_unsupported_language_falls_back_and_is_counted(count_tokens: Counter) -> None:
     before = FALLBACK_COUNTS["unsupported-language"]
     ctx = in_file_context("puts 'hi'\nputs 'there'\n", "hello.rb", 1, 4, count_tokens=count_tokens,
-                           options=AssemblyOptions(**CROP_ONLY))
+                          options=AssemblyOptions(**CROP_ONLY))
     assert ctx.strategy == "window-fallback"
     assert "unsupported language" in (ctx.fallback_reason or "")
     assert ctx.prefix == "puts 'hi'\nputs"
@@ -210,7 +210,7 @@ def test_timeout_raises_and_the_window_is_sent_instead(count_tokens: Counter) ->
 def test_parse_failure_falls_back(count_tokens: Counter) -> None:
     junk = ")))) ]]] ((( }}} @@@ !!! ::: \n" * 5
     ctx = in_file_context(junk, "junk.py", 2, 3, count_tokens=count_tokens,
-                           options=AssemblyOptions(timeout_ms=2000, **CROP_ONLY))
+                          options=AssemblyOptions(timeout_ms=2000, **CROP_ONLY))
     assert ctx.strategy == "window-fallback"
     assert "parse failure" in (ctx.fallback_reason or "")
 
@@ -253,9 +253,9 @@ def test_summaries_off_keeps_blocks_whole_or_drops_them() -> None:
     text = helpers + "def main() -> int:\n    total = helper_3(1) + helper_7(2)\n    return total\n"
     line = text.splitlines().index("    total = helper_3(1) + helper_7(2)")
     with_summaries = in_file_context(text, "m.py", line, 12, count_tokens=rough_token_count,
-                                      options=AssemblyOptions(budget_tokens=300, timeout_ms=1000, **CROP_ONLY))
+                                     options=AssemblyOptions(budget_tokens=300, timeout_ms=1000, **CROP_ONLY))
     without = in_file_context(text, "m.py", line, 12, count_tokens=rough_token_count,
-                               options=AssemblyOptions(budget_tokens=300, timeout_ms=1000, summaries=False,
+                              options=AssemblyOptions(budget_tokens=300, timeout_ms=1000, summaries=False,
                                                        **CROP_ONLY))
     assert any(b.form == "summary" for b in with_summaries.blocks)
     assert all(b.form != "summary" for b in without.blocks)
@@ -265,7 +265,7 @@ def test_summaries_off_keeps_blocks_whole_or_drops_them() -> None:
 def test_a_file_that_fits_the_budget_is_sent_whole(count_tokens: Counter) -> None:
     text, line, column = split_cursor(PYTHON)
     ctx = in_file_context(text, "orderbook.py", line, column, count_tokens=count_tokens,
-                           options=AssemblyOptions(timeout_ms=2000))
+                          options=AssemblyOptions(timeout_ms=2000))
     assert ctx.strategy == "whole-file"
     assert ctx.prefix + ctx.suffix == text
     lines = text.splitlines(keepends=True)
@@ -277,7 +277,7 @@ def test_a_file_that_fits_the_budget_is_sent_whole(count_tokens: Counter) -> Non
     assert ctx.prefix[ctx.stable_chars:].startswith("class OrderBook:\n")
     # One token short of the file: cropped instead.
     tight = in_file_context(text, "orderbook.py", line, column, count_tokens=count_tokens,
-                             options=AssemblyOptions(timeout_ms=2000, budget_tokens=count_tokens(text) - 1))
+                            options=AssemblyOptions(timeout_ms=2000, budget_tokens=count_tokens(text) - 1))
     assert tight.strategy == "ast"
 
 
@@ -294,7 +294,7 @@ def test_budget_left_after_packing_goes_to_the_lines_below(count_tokens: Counter
     budget = count_tokens(text) * 6 // 10  # the file is between one and two budgets
     options = AssemblyOptions(budget_tokens=budget, timeout_ms=2000)
     off = in_file_context(text, "steps.py", line, column, count_tokens=count_tokens,
-                           options=replace(options, fill_below=False))
+                          options=replace(options, fill_below=False))
     on = in_file_context(text, "steps.py", line, column, count_tokens=count_tokens, options=options)
     assert off.strategy == on.strategy == "ast"
     assert off.suffix.rstrip().endswith("return total - step_2(value)")  # the block's end
@@ -312,7 +312,7 @@ def test_budget_left_after_packing_goes_to_the_lines_below(count_tokens: Counter
     # A file of more than two budgets is not filled with the slack (its prompt is prefill time); only with what
     # the suffix floor holds (next test).
     far = in_file_context(text, "steps.py", line, column, count_tokens=count_tokens,
-                           options=replace(options, budget_tokens=count_tokens(text) // 3, suffix_floor=False))
+                          options=replace(options, budget_tokens=count_tokens(text) // 3, suffix_floor=False))
     assert not any(b.kind == "below" for b in far.blocks)
 
 
@@ -324,7 +324,7 @@ def test_a_long_file_holds_a_floor_of_the_budget_for_the_code_after_the_cursor(c
     budget = count_tokens(text) // 4  # a file of four budgets: the slack is not filled
     options = AssemblyOptions(budget_tokens=budget, timeout_ms=2000)
     off = in_file_context(text, "steps.py", line, column, count_tokens=count_tokens,
-                           options=replace(options, suffix_floor=False))
+                          options=replace(options, suffix_floor=False))
     session = FileSession("repo", "steps.py")
     on = in_file_context(text, "steps.py", line, column, count_tokens=count_tokens, options=options, session=session)
     assert off.suffix.rstrip().endswith("return total - step_59(value)")  # the block's rest, nothing after it
@@ -338,7 +338,7 @@ def test_a_long_file_holds_a_floor_of_the_budget_for_the_code_after_the_cursor(c
     # are left out (after the typed text, they would be processed again at every keystroke)
     typed = text.replace("    total = value * 60 + 420\n", "    total = 1value * 60 + 420\n")
     next_key = in_file_context(typed, "steps.py", line, column + 1, count_tokens=count_tokens, options=options,
-                                session=session)
+                               session=session)
     assert next_key.steady
     assert next_key.prefix[:next_key.stable_chars] == on.prefix[:on.stable_chars]
     assert next_key.suffix == off.suffix and not any(b.kind == "below" for b in next_key.blocks)

@@ -34,7 +34,7 @@ def test_assembly_never_fails_on_random_source(text: str, data: st.DataObject, l
     column = data.draw(st.integers(0, len(lines[line].removesuffix("\r"))))
 
     ctx = in_file_context(text, f"f.{language}", line, column, count_tokens=count_tokens,
-                           options=AssemblyOptions(budget_tokens=budget, language=language, timeout_ms=200,
+                          options=AssemblyOptions(budget_tokens=budget, language=language, timeout_ms=200,
 ))
     assert isinstance(ctx.prefix, str) and isinstance(ctx.suffix, str)
     assert ctx.context_tokens <= budget + 8 or ctx.strategy == "window-fallback"
@@ -50,6 +50,6 @@ def test_a_cursor_block_over_the_budget_falls_back_instead_of_overrunning_it(
     below the cursor line, so the assembler says so and the request gets the window within the budget."""
     text = "int f() {\n" + "(" * 200 + "\n}\n"
     ctx = in_file_context(text, "f.c", 1, 100, count_tokens=count_tokens,
-                           options=AssemblyOptions(budget_tokens=64, language="c", timeout_ms=2_000))
+                          options=AssemblyOptions(budget_tokens=64, language="c", timeout_ms=2_000))
     assert ctx.strategy == "window-fallback"
     assert ctx.fallback_reason is not None and "block alone" in ctx.fallback_reason

@@ -46,7 +46,7 @@ def _at(text: str, line: int, column: int) -> str:
 def _assemble(text: str, path: str, line: int, column: int, count_tokens: Counter, session: FileSession,
               **kw: object) -> AssembledContext:
     return in_file_context(text, path, line, column, count_tokens=count_tokens, session=session,
-                            options=AssemblyOptions(timeout_ms=5000, **{**CROP_ONLY, **kw}))  # type: ignore[arg-type]
+                           options=AssemblyOptions(timeout_ms=5000, **{**CROP_ONLY, **kw}))  # type: ignore[arg-type]
 
 
 def _kept(ctx: AssembledContext) -> bool:
