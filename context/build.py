@@ -74,8 +74,7 @@ class ContextLibrary:
         prepare = loop.run_in_executor(None, functools.partial(self.preparer.prepare, request, view.text, view.digest,
                                                                owner=view.owner, longest_line=longest,
                                                                features=features))
-        # a file with lines too long to parse gets no retrieval either: every pass over such a line costs in
-        # proportion to its length
+        # nor retrieval for lines too long to parse: every pass over such a line costs in proportion to its length
         if retriever is None or longest > MAX_LINE_CHARS or not self.chunks.wanted(features):
             return await prepare
         prepared, retrieval = await asyncio.gather(

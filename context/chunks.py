@@ -21,8 +21,7 @@ class CrossFileChunks:
         self.sessions = sessions  # each file's held chunks, and the parse the retrieval query shares
 
     @staticmethod
-    def wanted(features: dict[str, bool]) -> bool:
-        """``features``: the request's (context.prepare.request_features)."""
+    def wanted(features: dict[str, bool]) -> bool:  # the request's (context.prepare.request_features)
         return features.get("retrieval", False)
 
     async def retrieve(self, retriever: Retriever, request: CompletionRequest, text: str, owner: str | None,

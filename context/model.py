@@ -55,7 +55,7 @@ class AssembledContext:
     stable_chars: int = 0
     # The excerpts are the previous request's, kept while the user types in the same block.
     steady: bool = False
-    window: Window | None = None  # strategy "window" (crop off): the lines it shows
+    window: Window | None = None  # strategies "window" and "window-fallback": the lines it shows
 
     @property
     def compression_ratio(self) -> float:

@@ -21,8 +21,7 @@ def _switch(name: str) -> Any:
 
 
 def _not_choosing(default: Any) -> Any:
-    """A field that does not change which excerpts are chosen: held excerpts (assembly/steady.py) outlive a
-    change of it. Every other field is part of their key."""
+    """A field held excerpts (assembly/steady.py) outlive a change of; every other field is in their key."""
     return field(default=default, metadata={"steady": False})
 
 

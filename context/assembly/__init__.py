@@ -1,5 +1,5 @@
 """The assembly: the in-file context of one completion request cropped to its budget by the file's syntax, with
-its explanation. Which strategy a request gets (the window, the whole file, or this) is context/in_file.py's
+its explanation. Which strategy a request gets (the window, the whole file, or this) is context/prepare.py's
 choice; the assembly either gives its prompt or raises ``AssemblyFailed``.
 
 Pipeline: parse (cached, incremental) -> symbol table -> the excerpts held while the user types in one block
@@ -33,16 +33,9 @@ __all__ = ["AssemblyFailed", "assemble_context"]
 log = logging.getLogger("ctxpress.context")
 
 
-def assemble_context(
-    text: str,
-    path: str,
-    line: int,
-    column: int,
-    *,
-    count_tokens: TokenCounter,
-    options: AssemblyOptions = DEFAULT_OPTIONS,
-    session: FileSession | None = None,
-) -> AssembledContext:
+def assemble_context(text: str, path: str, line: int, column: int, *, count_tokens: TokenCounter,
+                     options: AssemblyOptions = DEFAULT_OPTIONS,
+                     session: FileSession | None = None) -> AssembledContext:
     """The excerpts and the enclosing block for a cursor at 0-based (line, column) of ``text``. ``count_tokens``:
     memoised here if it is not. ``session``: the file's (its parsed versions and held excerpts are used and updated);
     None: a session of this call only. Raises ``AssemblyFailed`` (unsupported language, parse failure, a block
@@ -55,8 +48,7 @@ def assemble_context(
     lang = options.language or detect_language(path, text)
     if lang is None or not is_supported(lang):
         raise AssemblyFailed("unsupported-language", f"unsupported language: {lang or 'unknown'}")
-    session = session if session is not None else FileSession("", path)
-    count_tokens = memoized(count_tokens)
+    session, count_tokens = session if session is not None else FileSession("", path), memoized(count_tokens)
     try:
         a = _parsed(text, path, lang, line, column, count_tokens, options, clock, session)
         key = steady.key(options, lang)
@@ -92,13 +84,11 @@ def _packed(a: Assembly, session: FileSession, key: tuple[object, ...]) -> Assem
     """The enclosing block and the excerpts packed beside it, the lines below it with what is left, and the
     excerpts held for the next request in the block."""
     packed = pack_beside(a)
-    rendered, total, chosen = packed.rendered, packed.total, packed.chosen
-    below: ContextBlock | None = None
-    if a.options.fill_below:
-        filled = fill_below(a, packed)
-        if filled is not None:
-            rendered, total, chosen, below = filled
-            a.clock.check("fill")
+    filled = fill_below(a, packed) if a.options.fill_below else None
+    if filled is not None:
+        a.clock.check("fill")
+    below: ContextBlock | None
+    rendered, total, chosen, below = filled or (packed.rendered, packed.total, packed.chosen, None)
     enc = packed.enc
     blocks = [enc.block(), *(_block(c, c.chosen) for c in sorted(chosen, key=lambda c: c.priority))]
     dropped = [_block(c, None, f"{c.drop_reason} ({c.reason})")

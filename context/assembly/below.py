@@ -48,12 +48,10 @@ def fill_below(a: Assembly, packed: Packed) -> tuple[Rendered, int, list[Candida
     if (budget - total < FILL_MIN_TOKENS or enc.suffix_end_line is None
             or (not held and a.estimate_lines(0, parsed.line_count - 1) > FILL_MAX_FILE_BUDGETS * budget)):
         return None
-    first = enc.suffix_end_line + 1
-    last_line = parsed.line_count - 1
+    first, last_line = enc.suffix_end_line + 1, parsed.line_count - 1
     if first > last_line:
         return None
-    slack = budget - total
-    end = first - 1
+    slack, end = budget - total, first - 1
     kept = list(packed.chosen)
 
     def covered(c: Candidate, last: int) -> bool:
@@ -73,8 +71,7 @@ def fill_below(a: Assembly, packed: Packed) -> tuple[Rendered, int, list[Candida
         return None
 
     def attempt(last: int) -> tuple[tuple[Rendered, int, int], int]:
-        rendered = a.render(kept, enc, enc.suffix + parsed.lines_text(first, last))
-        real = a.prompt_tokens(rendered.prefix, rendered.suffix)
+        rendered, real = a.render(kept, enc, enc.suffix + parsed.lines_text(first, last))
         return (rendered, real, last), real - budget
 
     def shrink(last: int, excess: int) -> int | None:

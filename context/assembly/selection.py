@@ -60,9 +60,8 @@ def pack_beside(a: Assembly) -> Packed:
 
     packed, fits = fit_to_budget(attempt, shrink, a.budget, tries=3)
     if not fits and not packed.chosen:
-        budget = a.budget - packed.held_below
-        raise AssemblyFailed("block-over-budget",
-                             f"the cursor's block alone takes {packed.total} tokens of a {budget}-token budget")
+        raise AssemblyFailed("block-over-budget", f"the cursor's block alone takes {packed.total} tokens of a "
+                                                  f"{a.budget - packed.held_below}-token budget")
     return packed
 
 
@@ -95,8 +94,7 @@ def _shed(a: Assembly, enc: Enclosing, chosen: list[Candidate], dropped: list[Ca
     blocks shed until it fits."""
 
     def attempt(kept: list[Candidate]) -> tuple[Packed, int]:
-        rendered = a.render(kept, enc)
-        total = a.prompt_tokens(rendered.prefix, rendered.suffix)
+        rendered, total = a.render(kept, enc)
         return Packed(enc, kept, dropped, rendered, total), total - budget
 
     def shrink(kept: list[Candidate], excess: int) -> list[Candidate] | None:
@@ -128,8 +126,7 @@ def _second_chance(a: Assembly, packed: Packed, budget: int) -> None:
         return
 
     def attempt(trying: list[Candidate]) -> tuple[tuple[Rendered, int], int]:
-        trial = a.render([*packed.chosen, *trying], packed.enc)
-        total = a.prompt_tokens(trial.prefix, trial.suffix)
+        trial, total = a.render([*packed.chosen, *trying], packed.enc)
         return (trial, total), total - budget
 
     def shrink(trying: list[Candidate], _excess: int) -> list[Candidate] | None:

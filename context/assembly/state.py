@@ -24,14 +24,12 @@ Result = TypeVar("Result")
 
 
 class AssemblyFailed(Exception):
-    """The assembly cannot give this request a prompt; the caller sends the window. ``cause`` is one of
-    "unsupported-language", "parse-failure", "block-over-budget", "timeout", "error" (the metrics' label);
-    ``reason`` says why, for the report."""
+    """The assembly cannot give this request a prompt: the caller sends the window. ``cause``: the metrics' label
+    ("unsupported-language", "parse-failure", "block-over-budget", "timeout", "error"); ``reason``: the report's."""
 
     def __init__(self, cause: str, reason: str) -> None:
         super().__init__(reason)
-        self.cause = cause
-        self.reason = reason
+        self.cause, self.reason = cause, reason
 
 
 class Clock:
@@ -87,12 +85,11 @@ class Assembly:
     def budget(self) -> int:
         return self.options.budget_tokens
 
-    def prompt_tokens(self, prefix: str, suffix: str) -> int:
-        return self.exact(prefix) + self.exact(suffix)
-
-    def render(self, chosen: list[Candidate], enc: Enclosing, suffix: str | None = None) -> Rendered:
-        return render_prompt(chosen, enc.prefix_pieces, enc.suffix if suffix is None else suffix, self.lang,
-                             self.file_lines)
+    def render(self, chosen: list[Candidate], enc: Enclosing, suffix: str | None = None) -> tuple[Rendered, int]:
+        """The prompt of ``chosen`` beside ``enc``, and its real token count."""
+        rendered = render_prompt(chosen, enc.prefix_pieces, enc.suffix if suffix is None else suffix, self.lang,
+                                 self.file_lines)
+        return rendered, self.exact(rendered.prefix) + self.exact(rendered.suffix)
 
 
 @dataclass

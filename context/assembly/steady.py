@@ -152,28 +152,25 @@ def kept_excerpts(a: Assembly, session: FileSession, kept: Kept) -> AssembledCon
     if enc.symbol is None or enc.name != held.block_name or enc.start_line != held.block_start:
         return None
     first = enc.prefix_pieces[0].start_line if enc.prefix_pieces else enc.start_line
-    shown = (held.excerpt_text, [moved(s, kept) for s in held.segments], held.above)
 
-    Excerpts = tuple[str, list[Segment], int]  # their text, segments, and the last line shown above the block
-
-    def attempt(excerpts: Excerpts) -> tuple[tuple[Excerpts, str, int], int]:
-        excerpt_text, _segments, above = excerpts
-        prefix = excerpt_text + render_enclosing(enc.prefix_pieces, above, a.lang, a.file_lines)
+    def attempt(shown: Held) -> tuple[tuple[Held, str, int], int]:
+        prefix = shown.excerpt_text + render_enclosing(enc.prefix_pieces, shown.above, a.lang, a.file_lines)
         total = a.exact(prefix) + a.exact(enc.suffix)
-        return (excerpts, prefix, total), total - a.budget
+        return (shown, prefix, total), total - a.budget
 
-    def shrink(excerpts: Excerpts, excess: int) -> Excerpts | None:
-        excerpt_text, segments, _above = excerpts
-        if not segments:
+    def shrink(shown: Held, excess: int) -> Held | None:
+        if not shown.segments:
             return None
         # the block grew: cut from the excerpts' end, so that their head (and its KV) stays
-        excerpt_text, segments = trim(excerpt_text, segments, excess, a.exact)
-        return excerpt_text, segments, max((s.end_line for s in segments if s.end_line < first), default=-1)
+        excerpt_text, segments = trim(shown.excerpt_text, shown.segments, excess, a.exact)
+        return replace(shown, excerpt_text=excerpt_text, segments=segments,
+                       above=max((s.end_line for s in segments if s.end_line < first), default=-1))
 
-    ((excerpt_text, segments, above), prefix, total), fits = fit_to_budget(attempt, shrink, shown, tries=4)
+    moved_segments = replace(held, segments=[moved(s, kept) for s in held.segments])
+    (shown, prefix, total), fits = fit_to_budget(attempt, shrink, moved_segments, tries=4)
     if not fits:
         return None
-    ranges = [(s.start_line, s.end_line) for s in segments]
+    ranges = [(s.start_line, s.end_line) for s in shown.segments]
     blocks: list[ContextBlock] = []
     dropped = [moved(b, kept) for b in held.dropped]
     for block in held.blocks:
@@ -182,12 +179,11 @@ def kept_excerpts(a: Assembly, session: FileSession, kept: Kept) -> AssembledCon
             blocks.append(block)
         else:
             dropped.append(replace(block, reason=f"cut while typing: the enclosing block grew ({block.reason})"))
-    session.steady = replace(
-        held, text=a.text, block_end=max(enc.end_line, a.line, held.block_end + kept.delta),
-        excerpt_text=excerpt_text, segments=segments, above=above, blocks=blocks, dropped=dropped)
+    session.steady = replace(shown, text=a.text, block_end=max(enc.end_line, a.line, held.block_end + kept.delta),
+                             blocks=blocks, dropped=dropped)
     return AssembledContext(
         prefix=prefix, suffix=enc.suffix,
         blocks=[enc.block(), *(replace(b, reason=f"{b.reason}; {NOTE}") for b in blocks)],
         dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
-        timings_ms=a.clock.timings, stable_chars=len(excerpt_text), steady=True,
+        timings_ms=a.clock.timings, stable_chars=len(shown.excerpt_text), steady=True,
     )

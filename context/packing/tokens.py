@@ -298,15 +298,11 @@ def rough_token_count(text: str) -> int:
     return n
 
 
-# Characters per token of code, roughly: the estimate where nothing was counted.
-CHARS_PER_TOKEN_GUESS = 4
-
 
 def file_tokens(text: str, count_tokens: TokenCounter | None, *, shown_chars: int = 0, shown_tokens: int = 0) -> int:
     """The whole file's token count: counted with ``count_tokens``; without it, estimated at the rate of the part
-    of it a prompt shows (``shown_tokens`` in ``shown_chars``), or at CHARS_PER_TOKEN_GUESS where none is."""
+    of it a prompt shows (``shown_tokens`` in ``shown_chars``), or at four characters a token where none is."""
     if count_tokens is not None:
         return count_tokens(text)
-    if not shown_chars:
-        return max(shown_tokens, len(text) // CHARS_PER_TOKEN_GUESS)
-    return max(shown_tokens, round(len(text) * (shown_tokens / shown_chars)))
+    estimate = round(len(text) * (shown_tokens / shown_chars)) if shown_chars else len(text) // 4
+    return max(shown_tokens, estimate)

@@ -12,9 +12,9 @@ from ctx_samples import CROP_ONLY, PYTHON, split_cursor
 from longfile import long_python_file
 
 from context.assembly import AssemblyFailed, assemble_context
-from context.in_file import FALLBACK_COUNTS, in_file_context
 from context.model import AssembledContext
 from context.options import AssemblyOptions
+from context.prepare import FALLBACK_COUNTS, in_file_context
 from context.session import FileSession
 from context.sources.window import baseline_window
 from ctxpress.explain import explain

@@ -19,13 +19,10 @@ class CountingAssembly:
     marker_tokens: int = 2
     renders: list[list[str]] = field(default_factory=list)
 
-    def render(self, chosen: list[Candidate], _enc: Any) -> Rendered:
+    def render(self, chosen: list[Candidate], _enc: Any) -> tuple[Rendered, int]:
         names = [c.name for c in chosen]
         self.renders.append(names)
-        return Rendered(prefix=" ".join(names), suffix="")
-
-    def prompt_tokens(self, prefix: str, _suffix: str) -> int:
-        return sum(self.real[name] for name in prefix.split())
+        return Rendered(prefix=" ".join(names), suffix=""), sum(self.real[name] for name in names)
 
 
 def block(name: str, rank: float, estimate: int) -> Candidate:
@@ -34,7 +31,7 @@ def block(name: str, rank: float, estimate: int) -> Candidate:
 
 
 def packed_with(a: CountingAssembly, chosen: list[Candidate], dropped: list[Candidate]) -> Packed:
-    total = a.prompt_tokens(" ".join(c.name for c in chosen), "")
+    total = sum(a.real[c.name] for c in chosen)
     return Packed(enc=None, chosen=chosen, dropped=dropped, rendered=Rendered("", ""), total=total)  # type: ignore[arg-type]
 
 

@@ -8,10 +8,10 @@ from ctx_samples import CROP_ONLY
 from longfile import long_python_file
 
 from context.assembly import steady
-from context.in_file import in_file_context
 from context.model import AssembledContext
 from context.options import AssemblyOptions
 from context.packing.pack import Segment
+from context.prepare import in_file_context
 from context.session import FileSession
 from syntax.parsed_file import parse_text
 from syntax.symbols.table import extract_symbols
