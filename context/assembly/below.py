@@ -9,7 +9,7 @@ completes (otherwise the prompt is near full with excerpts, and every token is p
 
 from __future__ import annotations
 
-from context.assembly.state import Assembly, Packed, fit_to_budget
+from context.assembly.state import Assembly, FitToBudget, Packed
 from context.model import ContextBlock
 from context.packing.pack import Candidate, Rendered
 from context.packing.tokens import LineRangeTokens
@@ -69,19 +69,18 @@ def fill_below(a: Assembly, packed: Packed) -> tuple[Rendered, int, list[Candida
         slack += freed - cost
     if end < first:
         return None
-
-    def attempt(last: int) -> tuple[tuple[Rendered, int, int], int]:
-        rendered, real = a.render(kept, enc, enc.suffix + parsed.lines_text(first, last))
-        return (rendered, real, last), real - budget
-
-    def shrink(last: int, excess: int) -> int | None:
-        while last >= first and excess > 0:  # trim from the far end by estimate, then recount
-            excess -= a.estimate_lines(last, last)
-            last -= 1
-        return last if last >= first else None
-
-    (rendered, real, end), fits = fit_to_budget(attempt, shrink, end, tries=4)
-    if not fits:
+    fit = FitToBudget(budget, tries=4)
+    while True:
+        rendered, real = a.render(kept, enc, enc.suffix + parsed.lines_text(first, end))
+        if not fit.over(real):
+            break
+        excess = fit.excess
+        while end >= first and excess > 0:  # trim from the far end by estimate, then recount
+            excess -= a.estimate_lines(end, end)
+            end -= 1
+        if end < first:
+            return None
+    if not fit.fits:
         return None
     block = ContextBlock(
         kind="below", name=f"lines below {enc.name}", start_line=first, end_line=end, form="whole",

@@ -8,8 +8,8 @@ import re
 from collections.abc import Sequence
 
 from context.assembly.below import suffix_floor_hold
-from context.assembly.state import Assembly, AssemblyFailed, Packed, fit_to_budget
-from context.packing.pack import TIER_REFERENCED, Candidate, Rendered, form_tokens, merge_duplicates, pack
+from context.assembly.state import Assembly, AssemblyFailed, FitToBudget, Packed
+from context.packing.pack import TIER_REFERENCED, Candidate, form_tokens, merge_duplicates, pack
 from context.sources.class_header import class_header_candidates
 from context.sources.enclosing import Enclosing, find_enclosing
 from context.sources.imports import import_candidates
@@ -35,33 +35,36 @@ def pack_beside(a: Assembly) -> Packed:
     """The enclosing block and the excerpts that fit beside it, less what the suffix floor holds for the lines
     below the block (``Packed.held_below``). An enclosing block cut to the budget may still leave the rendered
     prompt over it (markers, merges): it is cut again by the excess, at most three times."""
-
-    def attempt(enclosing_budget: int) -> tuple[Packed, int]:
-        enc = find_enclosing(a.outline, a.line, a.cursor_byte, enclosing_budget, a.count_tokens, a.marker_tokens)
-        held_below = 0
-        if a.options.fill_below and a.options.suffix_floor:
-            held_below = suffix_floor_hold(a.parsed, enc, a.budget, a.exact(enc.suffix), a.estimate_lines)
-        budget = a.budget - held_below  # the excerpts' share: the tokens held below are not theirs
-        remaining = budget - enc.tokens - a.marker_tokens
-        candidates, reserve = _candidates_beside(a, enc, remaining, budget)
-        a.clock.check("candidates")
-        result = pack(candidates, max(0, remaining), a.exact, a.marker_tokens,
-                      max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges,
-                      estimate_lines=a.estimate_lines, reserve=reserve)
-        packed = _shed(a, enc, result.chosen, result.dropped, budget)
-        a.clock.check("pack")
-        _second_chance(a, packed, budget)
-        a.clock.check("second-chance")
-        packed.held_below = held_below
-        return packed, packed.total - budget
-
-    def shrink(enclosing_budget: int, excess: int) -> int:
-        return max(1, enclosing_budget - excess - a.marker_tokens)
-
-    packed, fits = fit_to_budget(attempt, shrink, a.budget, tries=3)
-    if not fits and not packed.chosen:
+    fit, enclosing_budget = FitToBudget(a.budget, tries=3), a.budget
+    while True:
+        packed = _pack(a, enclosing_budget)
+        if not fit.over(packed.total + packed.held_below):  # the tokens held below are not the excerpts'
+            break
+        enclosing_budget = max(1, enclosing_budget - fit.excess - a.marker_tokens)
+    if not fit.fits and not packed.chosen:
         raise AssemblyFailed("block-over-budget", f"the cursor's block alone takes {packed.total} tokens of a "
                                                   f"{a.budget - packed.held_below}-token budget")
+    return packed
+
+
+def _pack(a: Assembly, enclosing_budget: int) -> Packed:
+    """The enclosing block cut to ``enclosing_budget``, and the excerpts packed beside it."""
+    enc = find_enclosing(a.outline, a.line, a.cursor_byte, enclosing_budget, a.count_tokens, a.marker_tokens)
+    held_below = 0
+    if a.options.fill_below and a.options.suffix_floor:
+        held_below = suffix_floor_hold(a.parsed, enc, a.budget, a.exact(enc.suffix), a.estimate_lines)
+    budget = a.budget - held_below  # the excerpts' share
+    remaining = budget - enc.tokens - a.marker_tokens
+    candidates, reserve = _candidates_beside(a, enc, remaining, budget)
+    a.clock.check("candidates")
+    result = pack(candidates, max(0, remaining), a.exact, a.marker_tokens,
+                  max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges,
+                  estimate_lines=a.estimate_lines, reserve=reserve)
+    packed = _shed(a, enc, result.chosen, result.dropped, budget)
+    a.clock.check("pack")
+    _second_chance(a, packed, budget)
+    a.clock.check("second-chance")
+    packed.held_below = held_below
     return packed
 
 
@@ -92,21 +95,15 @@ def _candidates_beside(a: Assembly, enc: Enclosing, remaining: int, budget: int)
 def _shed(a: Assembly, enc: Enclosing, chosen: list[Candidate], dropped: list[Candidate], budget: int) -> Packed:
     """The rendered prompt counted exactly (by memoised segments: see packing/tokens.py), the lowest-priority
     blocks shed until it fits."""
-
-    def attempt(kept: list[Candidate]) -> tuple[Packed, int]:
-        rendered, total = a.render(kept, enc)
-        return Packed(enc, kept, dropped, rendered, total), total - budget
-
-    def shrink(kept: list[Candidate], excess: int) -> list[Candidate] | None:
-        if not kept:
-            return None
-        victim = max(kept, key=lambda c: c.priority)
-        kept.remove(victim)
-        victim.drop_reason = f"shed after rendering: prompt was {budget + excess} tokens > budget {budget}"
+    fit = FitToBudget(budget)
+    while True:
+        rendered, total = a.render(chosen, enc)
+        if not (fit.over(total) and chosen):
+            return Packed(enc, chosen, dropped, rendered, total)
+        victim = max(chosen, key=lambda c: c.priority)
+        chosen.remove(victim)
+        victim.drop_reason = f"shed after rendering: prompt was {total} tokens > budget {budget}"
         dropped.append(victim)
-        return kept
-
-    return fit_to_budget(attempt, shrink, chosen)[0]
 
 
 def _second_chance(a: Assembly, packed: Packed, budget: int) -> None:
@@ -122,23 +119,16 @@ def _second_chance(a: Assembly, packed: Packed, budget: int) -> None:
             cand.chosen = fitting[0]
             slack -= fitting[0].tokens - a.marker_tokens
             added.append(cand)
-    if not added:
-        return
-
-    def attempt(trying: list[Candidate]) -> tuple[tuple[Rendered, int], int]:
-        trial, total = a.render([*packed.chosen, *trying], packed.enc)
-        return (trial, total), total - budget
-
-    def shrink(trying: list[Candidate], _excess: int) -> list[Candidate] | None:
-        trying.pop().chosen = None
-        return trying or None
-
-    (trial, total), fits = fit_to_budget(attempt, shrink, added)
-    if fits:
-        packed.chosen += added
-        for cand in added:
-            packed.dropped.remove(cand)
-        packed.rendered, packed.total = trial, total
+    fit = FitToBudget(budget)
+    while added:
+        trial, total = a.render([*packed.chosen, *added], packed.enc)
+        if not fit.over(total):
+            packed.chosen += added
+            for cand in added:
+                packed.dropped.remove(cand)
+            packed.rendered, packed.total = trial, total
+            return
+        added.pop().chosen = None
 
 
 def _drop_summary_forms(candidate: Candidate) -> bool:

@@ -1,14 +1,12 @@
 """One assembly's state, shared by its stages: its inputs and what every stage uses, worked out once
 (``Assembly``); the clock of its stages and its deadline; the enclosing block with the excerpts packed beside
 it (``Packed``); the failure that sends the request to the window instead (``AssemblyFailed``); and the
-render-count-shrink loop every stage fits its prompt to the budget with (``fit_to_budget``)."""
+render-count-trim loop every stage fits its prompt to the budget with (``FitToBudget``)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from context.options import AssemblyOptions
 from context.packing.pack import Candidate, Rendered, render_prompt
@@ -18,9 +16,6 @@ from ctxpress_core.wire.v1 import wire_lines
 from syntax.parsed_file import ParsedFile
 from syntax.summaries import Outline, elision_marker
 from syntax.symbols.model import FileSymbols
-
-State = TypeVar("State")
-Result = TypeVar("Result")
 
 
 class AssemblyFailed(Exception):
@@ -104,19 +99,23 @@ class Packed:
     held_below: int = 0  # suffix_floor: tokens left for the lines below the block (below.py)
 
 
-def fit_to_budget(attempt: Callable[[State], tuple[Result, int]], shrink: Callable[[State, int], State | None],
-                  state: State, *, tries: int | None = None) -> tuple[Result, bool]:
-    """Token counts of pieces are not additive (merges across boundaries, markers): render ``state`` and count
-    it for real (``attempt`` gives the result and its excess over the budget); while over, ``shrink`` it by
-    the excess and try again, at most ``tries`` times (None: until ``shrink`` has nothing left to cut, None).
-    The last result, and whether it fits."""
-    while True:
-        result, excess = attempt(state)
-        if excess <= 0:
-            return result, True
-        if tries is not None:
-            tries -= 1
-        smaller = shrink(state, excess) if tries != 0 else None
-        if smaller is None:
-            return result, False
-        state = smaller
+class FitToBudget:
+    """The bookkeeping of a "render, count, trim, retry" loop. Token counts of pieces are not additive (merges
+    across boundaries, markers): the prompt is rendered and counted for real, and while that is over the budget,
+    trimmed by the excess and rendered again, at most ``tries`` times (None: until nothing is left to trim)."""
+
+    def __init__(self, budget: int, tries: int | None = None) -> None:
+        self.budget, self.tries_left, self.excess = budget, tries, 0
+
+    def over(self, total: int) -> bool:
+        """``total`` is over the budget and a try is left: the caller trims by ``excess`` and renders again."""
+        self.excess = total - self.budget
+        if self.excess <= 0:
+            return False
+        if self.tries_left is not None:
+            self.tries_left -= 1
+        return self.tries_left != 0
+
+    @property
+    def fits(self) -> bool:
+        return self.excess <= 0

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
-from context.assembly.state import Assembly, fit_to_budget
+from context.assembly.state import Assembly, FitToBudget
 from context.model import AssembledContext, ContextBlock
 from context.options import AssemblyOptions
 from context.packing.pack import Rendered, Segment, TokenCounter, render_enclosing
@@ -152,25 +152,21 @@ def kept_excerpts(a: Assembly, session: FileSession, kept: Kept) -> AssembledCon
     if enc.symbol is None or enc.name != held.block_name or enc.start_line != held.block_start:
         return None
     first = enc.prefix_pieces[0].start_line if enc.prefix_pieces else enc.start_line
-
-    def attempt(shown: Held) -> tuple[tuple[Held, str, int], int]:
-        prefix = shown.excerpt_text + render_enclosing(enc.prefix_pieces, shown.above, a.lang, a.file_lines)
+    excerpt_text, segments, above = held.excerpt_text, [moved(s, kept) for s in held.segments], held.above
+    fit = FitToBudget(a.budget, tries=4)
+    while True:
+        prefix = excerpt_text + render_enclosing(enc.prefix_pieces, above, a.lang, a.file_lines)
         total = a.exact(prefix) + a.exact(enc.suffix)
-        return (shown, prefix, total), total - a.budget
-
-    def shrink(shown: Held, excess: int) -> Held | None:
-        if not shown.segments:
+        if not fit.over(total):
+            break
+        if not segments:
             return None
         # the block grew: cut from the excerpts' end, so that their head (and its KV) stays
-        excerpt_text, segments = trim(shown.excerpt_text, shown.segments, excess, a.exact)
-        return replace(shown, excerpt_text=excerpt_text, segments=segments,
-                       above=max((s.end_line for s in segments if s.end_line < first), default=-1))
-
-    moved_segments = replace(held, segments=[moved(s, kept) for s in held.segments])
-    (shown, prefix, total), fits = fit_to_budget(attempt, shrink, moved_segments, tries=4)
-    if not fits:
+        excerpt_text, segments = trim(excerpt_text, segments, fit.excess, a.exact)
+        above = max((s.end_line for s in segments if s.end_line < first), default=-1)
+    if not fit.fits:
         return None
-    ranges = [(s.start_line, s.end_line) for s in shown.segments]
+    ranges = [(s.start_line, s.end_line) for s in segments]
     blocks: list[ContextBlock] = []
     dropped = [moved(b, kept) for b in held.dropped]
     for block in held.blocks:
@@ -179,11 +175,12 @@ def kept_excerpts(a: Assembly, session: FileSession, kept: Kept) -> AssembledCon
             blocks.append(block)
         else:
             dropped.append(replace(block, reason=f"cut while typing: the enclosing block grew ({block.reason})"))
-    session.steady = replace(shown, text=a.text, block_end=max(enc.end_line, a.line, held.block_end + kept.delta),
-                             blocks=blocks, dropped=dropped)
+    session.steady = replace(
+        held, text=a.text, block_end=max(enc.end_line, a.line, held.block_end + kept.delta),
+        excerpt_text=excerpt_text, segments=segments, above=above, blocks=blocks, dropped=dropped)
     return AssembledContext(
         prefix=prefix, suffix=enc.suffix,
         blocks=[enc.block(), *(replace(b, reason=f"{b.reason}; {NOTE}") for b in blocks)],
         dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
-        timings_ms=a.clock.timings, stable_chars=len(shown.excerpt_text), steady=True,
+        timings_ms=a.clock.timings, stable_chars=len(excerpt_text), steady=True,
     )
