@@ -62,22 +62,19 @@ class ContextLibrary:
 
     async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prompt:
         """CPU-bound steps run in the loop's default executor; retrieval (never raises, bounded) beside them."""
-        prepared = await self._prepare(request, view, retriever)
-        return Prompt(prompt.fim_layout(prepared), prepared,
-                      prompt.cache_key(self.model_name, request, prepared.features, view.account or view.owner),
-                      prompt.speculation(request, prepared.features), self.cache_salt(view.account or view.owner))
-
-    async def _prepare(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prepared:
         loop = asyncio.get_running_loop()
         longest = await loop.run_in_executor(None, longest_line, view.text)
         features = request_features(request)
-        prepare = loop.run_in_executor(None, functools.partial(self.preparer.prepare, request, view.text, view.digest,
-                                                               owner=view.owner, longest_line=longest,
-                                                               features=features))
+        preparing = loop.run_in_executor(None, functools.partial(
+            self.preparer.prepare, request, view.text, view.digest, owner=view.owner, longest_line=longest,
+            features=features))
         # nor retrieval for lines too long to parse: every pass over such a line costs in proportion to its length
         if retriever is None or longest > MAX_LINE_CHARS or not self.chunks.wanted(features):
-            return await prepare
-        prepared, retrieval = await asyncio.gather(
-            prepare, self.chunks.retrieve(retriever, request, view.text, view.owner, view.repositories))
-        await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request, view.owner)
-        return prepared
+            prepared = await preparing
+        else:
+            prepared, retrieval = await asyncio.gather(
+                preparing, self.chunks.retrieve(retriever, request, view.text, view.owner, view.repositories))
+            await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request, view.owner)
+        return Prompt(prompt.fim_layout(prepared), prepared,
+                      prompt.cache_key(self.model_name, request, prepared.features, view.account or view.owner),
+                      prompt.speculation(request, prepared.features), self.cache_salt(view.account or view.owner))
