@@ -20,9 +20,9 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from context.assemble import assemble_context
 from context.options import AssemblyOptions
 from context.packing.tokens import exact_counter, memoized
+from context.prepare import in_file_context
 from context.session import FileSession
 from context.warm import warm_file
 
@@ -44,8 +44,8 @@ def _measure(session: FileSession, lines: int, requests: Iterable[tuple[str, int
     times, ratios, fallbacks = [], [], 0
     stages: list[dict[str, float]] = []
     for text, line, column in requests:
-        ctx = assemble_context(text, session.path, line, column, count_tokens=count_tokens,
-                               options=options, session=session)
+        ctx = in_file_context(text, session.path, line, column, count_tokens=count_tokens,
+                              options=options, session=session)
         times.append(ctx.elapsed_ms)
         stages.append(ctx.timings_ms)
         fallbacks += ctx.strategy == "window-fallback"

@@ -16,8 +16,8 @@ import random
 import sys
 from pathlib import Path
 
-from context.assemble import assemble_context
 from context.packing.tokens import exact_counter, memoized
+from context.prepare import in_file_context
 from context.session import FileSession
 from context.warm import warm_file
 from serving.fim import fim_prompt
@@ -41,7 +41,7 @@ def bench_file(path: Path, count_tokens, spots: int, step: int, seed: int) -> di
         for n in range(indent + 2, len(body) + 1, step):
             typed = body[:n]
             current = "".join([*lines[:line], typed + "\n", *lines[line + 1:]])
-            ctx = assemble_context(current, str(path), line, len(typed), count_tokens=count_tokens, session=session)
+            ctx = in_file_context(current, str(path), line, len(typed), count_tokens=count_tokens, session=session)
             cuts = {"prefix-suffix-middle": None, "line_in_middle": ctx.prefix.rfind("\n") + 1,
                     "block_in_middle": ctx.stable_chars if ctx.strategy != "window-fallback" else None}
             for name, cut in cuts.items():

@@ -1,8 +1,8 @@
 """The entry point of the context library: ``ContextLibrary.build_prompt(request, file_view, retriever)``, the
-prompt of one completion request, straight through: the file's in-file context (the window for a file with
-lines too long to parse), the cross-file chunks beside it when the request wants them, then the prompt's
-fill-in-the-middle layout, the engine's KV key and the speculation mode. Whoever calls it (the NATS
-worker, a benchmark) owns the file's text and the reader's grants; the library owns each file's session."""
+prompt of one completion request, straight through: the request's features resolved once, the file's in-file
+context (context/prepare.py), the cross-file chunks beside it when the request wants them, then the prompt's
+fill-in-the-middle layout, the engine's KV key and the speculation mode. Whoever calls it (the NATS worker, a
+benchmark) owns the file's text and the reader's grants; the library owns each file's session."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from context import prompt
 from context.chunks import CrossFileChunks
-from context.prepare import ContextPreparer, Prepared
+from context.prepare import ContextPreparer, Prepared, request_features
 from context.session import FileSessions
 from context.sources.retrieval import Retriever
 from context.sources.window import MAX_LINE_CHARS, longest_line
@@ -62,24 +62,19 @@ class ContextLibrary:
 
     async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prompt:
         """CPU-bound steps run in the loop's default executor; retrieval (never raises, bounded) beside them."""
-        prepared = await self._prepare(request, view, retriever)
+        loop = asyncio.get_running_loop()
+        longest = await loop.run_in_executor(None, longest_line, view.text)
+        features = request_features(request)
+        preparing = loop.run_in_executor(None, functools.partial(
+            self.preparer.prepare, request, view.text, view.digest, owner=view.owner, longest_line=longest,
+            features=features))
+        # nor retrieval for lines too long to parse: every pass over such a line costs in proportion to its length
+        if retriever is None or longest > MAX_LINE_CHARS or not self.chunks.wanted(features):
+            prepared = await preparing
+        else:
+            prepared, retrieval = await asyncio.gather(
+                preparing, self.chunks.retrieve(retriever, request, view.text, view.owner, view.repositories))
+            await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request, view.owner)
         return Prompt(prompt.fim_layout(prepared), prepared,
                       prompt.cache_key(self.model_name, request, prepared.features, view.account or view.owner),
                       prompt.speculation(request, prepared.features), self.cache_salt(view.account or view.owner))
-
-    async def _prepare(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prepared:
-        loop = asyncio.get_running_loop()
-        longest = await loop.run_in_executor(None, longest_line, view.text)
-        if longest > MAX_LINE_CHARS:
-            # minified or generated code: the window around the cursor, long lines cut, no parse, no
-            # retrieval (every pass over such a line costs in proportion to its length)
-            return await loop.run_in_executor(None, functools.partial(
-                self.preparer.prepare_long_lines, request, view.text, view.digest, longest, owner=view.owner))
-        prepare = loop.run_in_executor(None, functools.partial(self.preparer.prepare, request, view.text, view.digest,
-                                                               owner=view.owner))
-        if retriever is None or not self.chunks.wanted(request):
-            return await prepare
-        prepared, retrieval = await asyncio.gather(
-            prepare, self.chunks.retrieve(retriever, request, view.text, view.owner, view.repositories))
-        await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request, view.owner)
-        return prepared

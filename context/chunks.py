@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from context.assembly.steady import NOTE
 from context.prepare import Prepared
 from context.session import FileSessions, HeldChunks
 from context.sources.retrieval import RenderedChunk, Retrieval, Retriever, render_retrieved
-from context.steady import NOTE
-from ctxpress_core.features import resolve as resolve_features
 from ctxpress_core.wire.v1 import BlockReport, CompletionRequest
 
 KEPT_NOTE = f"; {NOTE}"  # as the in-file excerpts kept with them
@@ -22,8 +21,8 @@ class CrossFileChunks:
         self.sessions = sessions  # each file's held chunks, and the parse the retrieval query shares
 
     @staticmethod
-    def wanted(request: CompletionRequest) -> bool:
-        return request.mode == "optimized" and resolve_features(request.features)["retrieval"]
+    def wanted(features: dict[str, bool]) -> bool:  # the request's (context.prepare.request_features)
+        return features.get("retrieval", False)
 
     async def retrieve(self, retriever: Retriever, request: CompletionRequest, text: str, owner: str | None,
                        repositories: tuple[str, ...]) -> Retrieval:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from context.sources.window import Window
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import BlockReport
 
@@ -35,7 +36,7 @@ class AssembledContext:
     suffix: str  # budgeted code after the cursor (FIM)
     blocks: list[ContextBlock]
     dropped: list[ContextBlock]
-    strategy: str  # "whole-file" | "ast" | "window-fallback"
+    strategy: str  # "window" | "whole-file" | "ast" | "window-fallback"
     fallback_reason: str | None
     file_tokens: int
     context_tokens: int
@@ -54,6 +55,7 @@ class AssembledContext:
     stable_chars: int = 0
     # The excerpts are the previous request's, kept while the user types in the same block.
     steady: bool = False
+    window: Window | None = None  # strategies "window" and "window-fallback": the lines it shows
 
     @property
     def compression_ratio(self) -> float:

@@ -3,7 +3,7 @@
 
 A file's session holds its parsed versions (a tree cache of its own: the next request re-parses
 incrementally from them, and in-file assembly and the retrieval query of one request share one parse),
-the steady excerpts held for its enclosing block (steady.py), and the cross-file chunks placed after
+the steady excerpts held for its enclosing block (assembly/steady.py), and the cross-file chunks placed after
 them. Two repositories with the same relative path are two sessions: nothing of one is seen by the other.
 So are two users' views of one file (``owner``: the team user, None on the single-user appliance): the held
 chunks can be the previous requester's own saved files, and "kept while typing in the same block" would tell the
@@ -19,10 +19,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from context.steady import Held
 from syntax.tree_cache import TreeCache
 
 if TYPE_CHECKING:  # retrieval brings the database client along: explain and the tests of assembly need none
+    from context.assembly.steady import Held  # the assembly is a user of sessions, not their dependency
     from context.sources.retrieval import RenderedChunk
 
 # Files whose sessions are kept (the most recently used): the bound the separate parse-tree cache had.

@@ -12,10 +12,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from context.assemble import assemble_context
 from context.model import AssembledContext, ContextBlock
 from context.options import AssemblyOptions
 from context.packing.tokens import rough_token_count
+from context.prepare import in_file_context
 from ctxpress_core.languages import normalize_language
 from ctxpress_core.settings import get_settings
 
@@ -52,8 +52,8 @@ def main(argv: Sequence[str] | None = None, count_tokens: Callable[[str], int] |
     language = normalize_language(args.language) if args.language else None
     options = AssemblyOptions(budget_tokens=args.budget, language=language, recent_edit_lines=edits,
                               timeout_ms=args.timeout_ms, exact_file_tokens=True)
-    ctx = assemble_context(text, str(args.file), args.line, args.column,
-                           count_tokens=count_tokens or rough_token_count, options=options)
+    ctx = in_file_context(text, str(args.file), args.line, args.column,
+                          count_tokens=count_tokens or rough_token_count, options=options)
     sys.stdout.write(explain(ctx) + "\n")
     return 0
 

@@ -67,7 +67,7 @@ register("nearby_first", "the code just above the enclosing block before class h
 register("whole_file", "a file that fits the context budget is sent whole, not cropped")
 register("fill_below", "in a file of <= 2 budgets, the budget left after packing goes to the lines below the block")
 register("suffix_floor", "in a longer file, when the cursor's block ends soon after the cursor, an eighth of the "
-         "budget is held for the code after it (with fill_below; context/sources/below.py)")
+         "budget is held for the code after it (with fill_below; context/assembly/below.py)")
 register("constructor_attributes", "the enclosing class's Python constructor, when summarised, keeps the "
          "attributes it sets (self.name = value; syntax/attributes.py)")
 register("similar", "lines elsewhere in the file that resemble the code at the cursor (rare shared identifiers)")

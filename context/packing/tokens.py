@@ -296,3 +296,13 @@ def rough_token_count(text: str) -> int:
         else:
             n += 1 + (len(s) - 1) // 6
     return n
+
+
+
+def file_tokens(text: str, count_tokens: TokenCounter | None, *, shown_chars: int = 0, shown_tokens: int = 0) -> int:
+    """The whole file's token count: counted with ``count_tokens``; without it, estimated at the rate of the part
+    of it a prompt shows (``shown_tokens`` in ``shown_chars``), or at four characters a token where none is."""
+    if count_tokens is not None:
+        return count_tokens(text)
+    estimate = round(len(text) * (shown_tokens / shown_chars)) if shown_chars else len(text) // 4
+    return max(shown_tokens, estimate)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from ctx_samples import CROP_ONLY
 
-from context.assemble import assemble_context
 from context.options import AssemblyOptions
+from context.prepare import in_file_context
 
 
 def _source() -> tuple[str, int, int]:
@@ -27,7 +27,7 @@ def _source() -> tuple[str, int, int]:
 def test_the_constructors_attributes_reach_a_method_far_below(count_tokens: Callable[[str], int]) -> None:
     text, line, column = _source()
     for on in (True, False):
-        ctx = assemble_context(text, "settings.py", line, column, count_tokens=count_tokens, options=AssemblyOptions(
+        ctx = in_file_context(text, "settings.py", line, column, count_tokens=count_tokens, options=AssemblyOptions(
             timeout_ms=5000, constructor_attributes=on, **CROP_ONLY))
         ctor = next(b for b in ctx.blocks if b.kind == "constructor")
         assert ctor.form == "summary" and "def __init__(self, parent, **options):" in ctx.prefix

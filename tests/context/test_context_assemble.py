@@ -11,10 +11,12 @@ import pytest
 from ctx_samples import CROP_ONLY, PYTHON, split_cursor
 from longfile import long_python_file
 
-from context.assemble import FALLBACK_COUNTS, assemble_context
+from context.assembly import AssemblyFailed, assemble_context
 from context.model import AssembledContext
 from context.options import AssemblyOptions
+from context.prepare import FALLBACK_COUNTS, in_file_context
 from context.session import FileSession
+from context.sources.window import baseline_window
 from ctxpress.explain import explain
 
 Counter = Callable[[str], int]
@@ -22,8 +24,8 @@ Counter = Callable[[str], int]
 
 def _ctx(text: str, line: int, column: int, count_tokens: Counter, path: str = "orderbook.py",
          **options: Any) -> AssembledContext:
-    return assemble_context(text, path, line, column, count_tokens=count_tokens,
-                            options=AssemblyOptions(**{"timeout_ms": 2000, **CROP_ONLY, **options}))
+    return in_file_context(text, path, line, column, count_tokens=count_tokens,
+                           options=AssemblyOptions(**{"timeout_ms": 2000, **CROP_ONLY, **options}))
 
 
 def test_prefix_and_suffix_join_at_the_cursor(count_tokens: Counter) -> None:
@@ -147,8 +149,8 @@ def test_budget_is_respected_on_a_long_real_file(budget: int, count_tokens: Coun
     path, text = long_python_file()
     lines = text.splitlines()
     for line in range(200, len(lines) - 50, max(1, len(lines) // 12)):
-        ctx = assemble_context(text, path, line, 4, count_tokens=count_tokens,
-                               options=AssemblyOptions(budget_tokens=budget, timeout_ms=5000, **CROP_ONLY))
+        ctx = in_file_context(text, path, line, 4, count_tokens=count_tokens,
+                              options=AssemblyOptions(budget_tokens=budget, timeout_ms=5000, **CROP_ONLY))
         assert ctx.strategy == "ast"
         real = count_tokens(ctx.prefix) + count_tokens(ctx.suffix)
         assert real == ctx.context_tokens
@@ -163,14 +165,14 @@ def test_long_file_compression_and_assembly_time(count_tokens: Counter) -> None:
     session = FileSession("r", path)
     times, ratios = [], []
     for line in range(150, len(lines) - 50, max(1, len(lines) // 25)):
-        assemble_context(text, path, line, 0, count_tokens=count_tokens, session=session,
-                         options=AssemblyOptions(timeout_ms=5000, **CROP_ONLY))
+        in_file_context(text, path, line, 0, count_tokens=count_tokens, session=session,
+                        options=AssemblyOptions(timeout_ms=5000, **CROP_ONLY))
         content = lines[line].rstrip("\n")
         indent = len(content) - len(content.lstrip())
         typed = list(lines)
         typed[line] = lines[line][:indent] + "x" + lines[line][indent:]  # one keystroke
-        ctx = assemble_context("".join(typed), path, line, indent + 1, count_tokens=count_tokens, session=session,
-                               options=AssemblyOptions(timeout_ms=5000, exact_file_tokens=True, **CROP_ONLY))
+        ctx = in_file_context("".join(typed), path, line, indent + 1, count_tokens=count_tokens, session=session,
+                              options=AssemblyOptions(timeout_ms=5000, exact_file_tokens=True, **CROP_ONLY))
         assert ctx.strategy == "ast"
         times.append(ctx.elapsed_ms - ctx.timings_ms.get("file_tokens", 0.0))
         ratios.append(ctx.compression_ratio)
@@ -182,8 +184,8 @@ def test_long_file_compression_and_assembly_time(count_tokens: Counter) -> None:
 
 def test_unsupported_language_falls_back_and_is_counted(count_tokens: Counter) -> None:
     before = FALLBACK_COUNTS["unsupported-language"]
-    ctx = assemble_context("puts 'hi'\nputs 'there'\n", "hello.rb", 1, 4, count_tokens=count_tokens,
-                           options=AssemblyOptions(**CROP_ONLY))
+    ctx = in_file_context("puts 'hi'\nputs 'there'\n", "hello.rb", 1, 4, count_tokens=count_tokens,
+                          options=AssemblyOptions(**CROP_ONLY))
     assert ctx.strategy == "window-fallback"
     assert "unsupported language" in (ctx.fallback_reason or "")
     assert ctx.prefix == "puts 'hi'\nputs"
@@ -191,20 +193,24 @@ def test_unsupported_language_falls_back_and_is_counted(count_tokens: Counter) -
     assert FALLBACK_COUNTS["unsupported-language"] == before + 1
 
 
-def test_timeout_uses_the_callers_fallback(count_tokens: Counter) -> None:
+def test_timeout_raises_and_the_window_is_sent_instead(count_tokens: Counter) -> None:
     text, line, column = split_cursor(PYTHON)
+    options = AssemblyOptions(timeout_ms=0.0, **CROP_ONLY)
+    with pytest.raises(AssemblyFailed) as failed:
+        assemble_context(text, "orderbook_timeout.py", line, column, count_tokens=count_tokens, options=options)
+    assert failed.value.cause == "timeout"
     before = FALLBACK_COUNTS["timeout"]
-    ctx = assemble_context(text, "orderbook_timeout.py", line, column, count_tokens=count_tokens,
-                           options=AssemblyOptions(timeout_ms=0.0, fallback=lambda: ("PRE", "SUF"), **CROP_ONLY))
-    assert (ctx.strategy, ctx.prefix, ctx.suffix) == ("window-fallback", "PRE", "SUF")
+    ctx = in_file_context(text, "orderbook_timeout.py", line, column, count_tokens=count_tokens, options=options)
+    window = baseline_window(text, line, column, count_tokens=count_tokens, budget_tokens=options.budget_tokens)
+    assert (ctx.strategy, ctx.prefix, ctx.suffix) == ("window-fallback", window.prefix, window.suffix)
     assert "exceeded" in (ctx.fallback_reason or "")
     assert FALLBACK_COUNTS["timeout"] == before + 1
 
 
 def test_parse_failure_falls_back(count_tokens: Counter) -> None:
     junk = ")))) ]]] ((( }}} @@@ !!! ::: \n" * 5
-    ctx = assemble_context(junk, "junk.py", 2, 3, count_tokens=count_tokens,
-                           options=AssemblyOptions(timeout_ms=2000, **CROP_ONLY))
+    ctx = in_file_context(junk, "junk.py", 2, 3, count_tokens=count_tokens,
+                          options=AssemblyOptions(timeout_ms=2000, **CROP_ONLY))
     assert ctx.strategy == "window-fallback"
     assert "parse failure" in (ctx.fallback_reason or "")
 
@@ -246,10 +252,10 @@ def test_summaries_off_keeps_blocks_whole_or_drops_them() -> None:
                       + "    return x\n\n\n" for i in range(12))
     text = helpers + "def main() -> int:\n    total = helper_3(1) + helper_7(2)\n    return total\n"
     line = text.splitlines().index("    total = helper_3(1) + helper_7(2)")
-    with_summaries = assemble_context(text, "m.py", line, 12, count_tokens=rough_token_count,
-                                      options=AssemblyOptions(budget_tokens=300, timeout_ms=1000, **CROP_ONLY))
-    without = assemble_context(text, "m.py", line, 12, count_tokens=rough_token_count,
-                               options=AssemblyOptions(budget_tokens=300, timeout_ms=1000, summaries=False,
+    with_summaries = in_file_context(text, "m.py", line, 12, count_tokens=rough_token_count,
+                                     options=AssemblyOptions(budget_tokens=300, timeout_ms=1000, **CROP_ONLY))
+    without = in_file_context(text, "m.py", line, 12, count_tokens=rough_token_count,
+                              options=AssemblyOptions(budget_tokens=300, timeout_ms=1000, summaries=False,
                                                        **CROP_ONLY))
     assert any(b.form == "summary" for b in with_summaries.blocks)
     assert all(b.form != "summary" for b in without.blocks)
@@ -258,8 +264,8 @@ def test_summaries_off_keeps_blocks_whole_or_drops_them() -> None:
 
 def test_a_file_that_fits_the_budget_is_sent_whole(count_tokens: Counter) -> None:
     text, line, column = split_cursor(PYTHON)
-    ctx = assemble_context(text, "orderbook.py", line, column, count_tokens=count_tokens,
-                           options=AssemblyOptions(timeout_ms=2000))
+    ctx = in_file_context(text, "orderbook.py", line, column, count_tokens=count_tokens,
+                          options=AssemblyOptions(timeout_ms=2000))
     assert ctx.strategy == "whole-file"
     assert ctx.prefix + ctx.suffix == text
     lines = text.splitlines(keepends=True)
@@ -270,8 +276,8 @@ def test_a_file_that_fits_the_budget_is_sent_whole(count_tokens: Counter) -> Non
     # holds the cursor (a method of OrderBook: the class).
     assert ctx.prefix[ctx.stable_chars:].startswith("class OrderBook:\n")
     # One token short of the file: cropped instead.
-    tight = assemble_context(text, "orderbook.py", line, column, count_tokens=count_tokens,
-                             options=AssemblyOptions(timeout_ms=2000, budget_tokens=count_tokens(text) - 1))
+    tight = in_file_context(text, "orderbook.py", line, column, count_tokens=count_tokens,
+                            options=AssemblyOptions(timeout_ms=2000, budget_tokens=count_tokens(text) - 1))
     assert tight.strategy == "ast"
 
 
@@ -287,9 +293,9 @@ def test_budget_left_after_packing_goes_to_the_lines_below(count_tokens: Counter
     column = len("    total = ")
     budget = count_tokens(text) * 6 // 10  # the file is between one and two budgets
     options = AssemblyOptions(budget_tokens=budget, timeout_ms=2000)
-    off = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens,
-                           options=replace(options, fill_below=False))
-    on = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens, options=options)
+    off = in_file_context(text, "steps.py", line, column, count_tokens=count_tokens,
+                          options=replace(options, fill_below=False))
+    on = in_file_context(text, "steps.py", line, column, count_tokens=count_tokens, options=options)
     assert off.strategy == on.strategy == "ast"
     assert off.suffix.rstrip().endswith("return total - step_2(value)")  # the block's end
     # Filled: the suffix goes on past the block, verbatim and in file order, within the budget.
@@ -305,8 +311,8 @@ def test_budget_left_after_packing_goes_to_the_lines_below(count_tokens: Counter
             assert b.end_line > below[0].end_line, b
     # A file of more than two budgets is not filled with the slack (its prompt is prefill time); only with what
     # the suffix floor holds (next test).
-    far = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens,
-                           options=replace(options, budget_tokens=count_tokens(text) // 3, suffix_floor=False))
+    far = in_file_context(text, "steps.py", line, column, count_tokens=count_tokens,
+                          options=replace(options, budget_tokens=count_tokens(text) // 3, suffix_floor=False))
     assert not any(b.kind == "below" for b in far.blocks)
 
 
@@ -317,10 +323,10 @@ def test_a_long_file_holds_a_floor_of_the_budget_for_the_code_after_the_cursor(c
     column = len("    total = ")
     budget = count_tokens(text) // 4  # a file of four budgets: the slack is not filled
     options = AssemblyOptions(budget_tokens=budget, timeout_ms=2000)
-    off = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens,
-                           options=replace(options, suffix_floor=False))
+    off = in_file_context(text, "steps.py", line, column, count_tokens=count_tokens,
+                          options=replace(options, suffix_floor=False))
     session = FileSession("repo", "steps.py")
-    on = assemble_context(text, "steps.py", line, column, count_tokens=count_tokens, options=options, session=session)
+    on = in_file_context(text, "steps.py", line, column, count_tokens=count_tokens, options=options, session=session)
     assert off.suffix.rstrip().endswith("return total - step_59(value)")  # the block's rest, nothing after it
     assert on.suffix.startswith(off.suffix) and "def step_61(value: int) -> int:\n" in on.suffix
     (below,) = [b for b in on.blocks if b.kind == "below"]
@@ -331,8 +337,8 @@ def test_a_long_file_holds_a_floor_of_the_budget_for_the_code_after_the_cursor(c
     # typing on in the block: the excerpts stay as they were (the engine reuses their KV), and the lines below
     # are left out (after the typed text, they would be processed again at every keystroke)
     typed = text.replace("    total = value * 60 + 420\n", "    total = 1value * 60 + 420\n")
-    next_key = assemble_context(typed, "steps.py", line, column + 1, count_tokens=count_tokens, options=options,
-                                session=session)
+    next_key = in_file_context(typed, "steps.py", line, column + 1, count_tokens=count_tokens, options=options,
+                               session=session)
     assert next_key.steady
     assert next_key.prefix[:next_key.stable_chars] == on.prefix[:on.stable_chars]
     assert next_key.suffix == off.suffix and not any(b.kind == "below" for b in next_key.blocks)
@@ -340,6 +346,6 @@ def test_a_long_file_holds_a_floor_of_the_budget_for_the_code_after_the_cursor(c
 
 def test_a_whole_file_keeps_a_cursor_on_the_empty_line_after_the_last_newline(count_tokens: Counter) -> None:
     text = "def add(a, b):\n    return a + b\n"
-    ctx = assemble_context(text, "add.py", 2, 0, count_tokens=count_tokens, options=AssemblyOptions(timeout_ms=2000))
+    ctx = in_file_context(text, "add.py", 2, 0, count_tokens=count_tokens, options=AssemblyOptions(timeout_ms=2000))
     assert ctx.strategy == "whole-file"
     assert (ctx.prefix, ctx.suffix) == (text, "")

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 from ctx_samples import CROP_ONLY, EXPECTED, SAMPLES, split_cursor
 
-from context.assemble import assemble_context
 from context.options import AssemblyOptions
+from context.prepare import in_file_context
 from context.session import FileSession
 
 
@@ -18,8 +18,8 @@ def test_language_crops_around_the_enclosing_block(language: str, count_tokens: 
     filename, marked = SAMPLES[language]
     text, line, column = split_cursor(marked)
     enclosing, helper, unrelated = EXPECTED[language]
-    ctx = assemble_context(text, filename, line, column, count_tokens=count_tokens,
-                           options=AssemblyOptions(budget_tokens=1024, timeout_ms=2000, **CROP_ONLY))
+    ctx = in_file_context(text, filename, line, column, count_tokens=count_tokens,
+                          options=AssemblyOptions(budget_tokens=1024, timeout_ms=2000, **CROP_ONLY))
     assert ctx.strategy == "ast", ctx.fallback_reason
     assert ctx.language == language
     # The prefix is the file's text up to the cursor, at its end.
@@ -46,11 +46,11 @@ def test_tight_budget_keeps_helper_before_unreferenced(language: str, count_toke
     filename, marked = SAMPLES[language]
     text, line, column = split_cursor(marked)
     enclosing, helper, unrelated = EXPECTED[language]
-    whole = assemble_context(text, filename, line, column, count_tokens=count_tokens,
-                             options=AssemblyOptions(timeout_ms=2000, **CROP_ONLY))
+    whole = in_file_context(text, filename, line, column, count_tokens=count_tokens,
+                            options=AssemblyOptions(timeout_ms=2000, **CROP_ONLY))
     budget = whole.blocks[0].tokens + 60  # the enclosing block and a little more
-    ctx = assemble_context(text, filename, line, column, count_tokens=count_tokens,
-                           options=AssemblyOptions(budget_tokens=budget, timeout_ms=2000, **CROP_ONLY))
+    ctx = in_file_context(text, filename, line, column, count_tokens=count_tokens,
+                          options=AssemblyOptions(budget_tokens=budget, timeout_ms=2000, **CROP_ONLY))
     assert ctx.context_tokens <= budget
     chosen = [b.name.split(".")[-1] for b in ctx.blocks]
     assert chosen[0] == enclosing
@@ -63,17 +63,17 @@ def test_tight_budget_keeps_helper_before_unreferenced(language: str, count_toke
 
 @pytest.mark.parametrize("language", sorted(SAMPLES))
 def test_typing_at_the_cursor_keeps_the_excerpts(language: str, count_tokens: Callable[[str], int]) -> None:
-    from context.steady import NOTE
+    from context.assembly.steady import NOTE
 
     filename, marked = SAMPLES[language]
     text, line, column = split_cursor(marked)
     session = FileSession("r", filename)
-    first = assemble_context(text, filename, line, column, count_tokens=count_tokens, session=session,
-                             options=AssemblyOptions(budget_tokens=300, timeout_ms=2000, **CROP_ONLY))
+    first = in_file_context(text, filename, line, column, count_tokens=count_tokens, session=session,
+                            options=AssemblyOptions(budget_tokens=300, timeout_ms=2000, **CROP_ONLY))
     lines = text.splitlines(keepends=True)
     lines[line] = lines[line][:column] + "val" + lines[line][column:]
-    typed = assemble_context("".join(lines), filename, line, column + 3, count_tokens=count_tokens, session=session,
-                             options=AssemblyOptions(budget_tokens=300, timeout_ms=2000, **CROP_ONLY))
+    typed = in_file_context("".join(lines), filename, line, column + 3, count_tokens=count_tokens, session=session,
+                            options=AssemblyOptions(budget_tokens=300, timeout_ms=2000, **CROP_ONLY))
     assert typed.strategy == "ast" and typed.blocks[0].name == first.blocks[0].name
     assert typed.prefix.startswith(first.prefix[:first.stable_chars]) and typed.prefix.endswith("val")
     assert len(typed.blocks) > 1 and all(NOTE in b.reason for b in typed.blocks[1:])

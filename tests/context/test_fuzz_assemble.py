@@ -8,9 +8,8 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context.assemble import assemble_context
 from context.options import AssemblyOptions
-from context.sources.window import baseline_window
+from context.prepare import in_file_context
 from ctxpress_core.languages import KNOWN_LANGUAGES
 from workers.postprocess import clean_completion
 
@@ -34,13 +33,9 @@ def test_assembly_never_fails_on_random_source(text: str, data: st.DataObject, l
     line = data.draw(st.integers(0, len(lines) - 1))
     column = data.draw(st.integers(0, len(lines[line].removesuffix("\r"))))
 
-    def fallback() -> tuple[str, str]:
-        w = baseline_window(text, line, column, count_tokens=count_tokens, window_lines=200, budget_tokens=budget)
-        return w.prefix, w.suffix
-
-    ctx = assemble_context(text, f"f.{language}", line, column, count_tokens=count_tokens,
-                           options=AssemblyOptions(budget_tokens=budget, language=language, timeout_ms=200,
-                                                   fallback=fallback))
+    ctx = in_file_context(text, f"f.{language}", line, column, count_tokens=count_tokens,
+                          options=AssemblyOptions(budget_tokens=budget, language=language, timeout_ms=200,
+))
     assert isinstance(ctx.prefix, str) and isinstance(ctx.suffix, str)
     assert ctx.context_tokens <= budget + 8 or ctx.strategy == "window-fallback"
     # what precedes the cursor on its line is always in the prefix
@@ -54,7 +49,7 @@ def test_a_cursor_block_over_the_budget_falls_back_instead_of_overrunning_it(
     """A line of 200 brackets with the cursor in its middle, 64 tokens of budget: the block cannot be cut
     below the cursor line, so the assembler says so and the request gets the window within the budget."""
     text = "int f() {\n" + "(" * 200 + "\n}\n"
-    ctx = assemble_context(text, "f.c", 1, 100, count_tokens=count_tokens,
-                           options=AssemblyOptions(budget_tokens=64, language="c", timeout_ms=2_000))
+    ctx = in_file_context(text, "f.c", 1, 100, count_tokens=count_tokens,
+                          options=AssemblyOptions(budget_tokens=64, language="c", timeout_ms=2_000))
     assert ctx.strategy == "window-fallback"
     assert ctx.fallback_reason is not None and "block alone" in ctx.fallback_reason

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from ctx_samples import CROP_ONLY
 
-from context.assemble import assemble_context
 from context.options import AssemblyOptions
+from context.prepare import in_file_context
 
 Counter = Callable[[str], int]
 
@@ -34,8 +34,8 @@ def _cursor(text: str) -> tuple[int, int]:
 def test_lines_above_the_enclosing_block_fill_the_budget_verbatim(count_tokens: Counter) -> None:
     text = _source(methods=6, body_lines=3)
     line, column = _cursor(text)
-    ctx = assemble_context(text, "model.py", line, column, count_tokens=count_tokens,
-                           options=AssemblyOptions(budget_tokens=1024, timeout_ms=2000, **CROP_ONLY))
+    ctx = in_file_context(text, "model.py", line, column, count_tokens=count_tokens,
+                          options=AssemblyOptions(budget_tokens=1024, timeout_ms=2000, **CROP_ONLY))
     # The method just above the cursor's is in the prompt as real code, not as a signature.
     assert _method(5, 3) in ctx.prefix
     nearby = [b for b in ctx.blocks if b.kind == "nearby"]
@@ -46,8 +46,8 @@ def test_lines_above_the_enclosing_block_fill_the_budget_verbatim(count_tokens: 
 def test_a_partial_excerpt_starts_at_a_statement_and_shows_whose_body_it_is(count_tokens: Counter) -> None:
     text = _source(methods=2, body_lines=60)  # each sibling far larger than the budget left
     line, column = _cursor(text)
-    ctx = assemble_context(text, "model.py", line, column, count_tokens=count_tokens,
-                           options=AssemblyOptions(budget_tokens=400, timeout_ms=2000, **CROP_ONLY))
+    ctx = in_file_context(text, "model.py", line, column, count_tokens=count_tokens,
+                          options=AssemblyOptions(budget_tokens=400, timeout_ms=2000, **CROP_ONLY))
     assert ctx.context_tokens <= 400
     nearby = [b for b in ctx.blocks if b.kind == "nearby"]
     assert nearby, ctx.dropped
@@ -61,8 +61,8 @@ def test_no_line_is_shown_twice_when_a_summary_and_real_lines_overlap(count_toke
     text = _source(methods=8, body_lines=4)
     line, column = _cursor(text)
     for budget in (256, 512, 1024, 2048):
-        ctx = assemble_context(text, "model.py", line, column, count_tokens=count_tokens,
-                               options=AssemblyOptions(budget_tokens=budget, timeout_ms=2000, **CROP_ONLY))
+        ctx = in_file_context(text, "model.py", line, column, count_tokens=count_tokens,
+                              options=AssemblyOptions(budget_tokens=budget, timeout_ms=2000, **CROP_ONLY))
         shown = [s for s in ctx.prefix.splitlines() if s.strip() and not s.strip().startswith("#")]
         defs = [s for s in shown if s.lstrip().startswith("def ")]
         assert len(defs) == len(set(defs)), (budget, defs)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from context.prepare import ContextPreparer
+from context.chunks import CrossFileChunks
+from context.prepare import ContextPreparer, request_features
 from context.session import FileSessions
 from ctxpress.evaluation.bench import third_party_root
 from ctxpress.evaluation.cases import cut_out
@@ -26,3 +27,18 @@ def test_a_long_files_first_request_without_file_opened_is_assembled(tokenizer: 
     prepared = preparer.prepare(request, text, content_hash(text), owner=None)
     assert prepared.report.strategy == "ast", prepared.report.degraded
     assert prepared.report.degraded is None
+
+
+def test_a_baseline_request_gets_no_features_whatever_it_asks_for(tokenizer: Tokenizer) -> None:
+    """The registry's features are optimized mode's: a baseline request asking for some gets the window, and
+    none of them is carried on (not early_stop either)."""
+    text = "def f(x):\n    return x\n"
+    request = CompletionRequest(repository="r", path="f.py", text=text, line=1, column=4, mode="baseline",
+                                features={"crop": True, "early_stop": True, "retrieval": True})
+    assert request_features(request) == {}
+    assert not CrossFileChunks.wanted(request_features(request))
+    preparer = ContextPreparer(Settings(), memoized_counter(tokenizer.count), FileSessions())
+    prepared = preparer.prepare(request, text, content_hash(text), owner=None)
+    assert (prepared.features, prepared.report.strategy) == ({}, "window")
+    optimized = request.model_copy(update={"mode": "optimized"})
+    assert request_features(optimized)["early_stop"] and CrossFileChunks.wanted(request_features(optimized))

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from ctx_samples import CROP_ONLY
 
-from context.assemble import assemble_context
 from context.model import AssembledContext
 from context.options import AssemblyOptions
+from context.prepare import in_file_context
 from context.session import FileSession, FileSessions
 
 Counter = Callable[[str], int]
@@ -28,7 +28,7 @@ def _file(helper: int, typed: str) -> tuple[str, int, int]:
 
 def _assemble(session: FileSession, helper: int, typed: str, count_tokens: Counter) -> AssembledContext:
     text, line, column = _file(helper, typed)
-    return assemble_context(text, PATH, line, column, count_tokens=count_tokens, options=OPTIONS, session=session)
+    return in_file_context(text, PATH, line, column, count_tokens=count_tokens, options=OPTIONS, session=session)
 
 
 def test_the_same_path_in_two_repositories_keeps_its_own_steady_excerpts(count_tokens: Counter) -> None:

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from ctx_samples import CROP_ONLY
 
-from context.assemble import assemble_context
 from context.options import AssemblyOptions
+from context.prepare import in_file_context
 from context.sources.similar import MAX_SNIPPETS, similar_candidates
 from syntax.parsed_file import parse_text
 
@@ -66,14 +66,14 @@ def test_common_words_alone_find_nothing() -> None:
 
 def test_assembled_prompt_shows_the_similar_call_and_the_feature_switches_it_off(count_tokens: Counter) -> None:
     line, column = _cursor(SOURCE)
-    on = assemble_context(SOURCE, "reflect.py", line, column, count_tokens=count_tokens,
-                          options=AssemblyOptions(budget_tokens=400, timeout_ms=2000, **CROP_ONLY))
+    on = in_file_context(SOURCE, "reflect.py", line, column, count_tokens=count_tokens,
+                         options=AssemblyOptions(budget_tokens=400, timeout_ms=2000, **CROP_ONLY))
     assert on.strategy == "ast"
     assert "info_cache=self.info_cache," in on.prefix
     assert any(b.kind == "similar" for b in on.blocks)
     assert on.context_tokens <= 400
-    off = assemble_context(SOURCE, "reflect.py", line, column, count_tokens=count_tokens,
-                           options=AssemblyOptions(budget_tokens=400, timeout_ms=2000, similar=False, **CROP_ONLY))
+    off = in_file_context(SOURCE, "reflect.py", line, column, count_tokens=count_tokens,
+                          options=AssemblyOptions(budget_tokens=400, timeout_ms=2000, similar=False, **CROP_ONLY))
     assert not any(b.kind == "similar" for b in off.blocks)
     assert "info_cache=self.info_cache," not in off.prefix
 

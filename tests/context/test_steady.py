@@ -7,11 +7,11 @@ from collections.abc import Callable
 from ctx_samples import CROP_ONLY
 from longfile import long_python_file
 
-from context import steady
-from context.assemble import assemble_context
+from context.assembly import steady
 from context.model import AssembledContext
 from context.options import AssemblyOptions
 from context.packing.pack import Segment
+from context.prepare import in_file_context
 from context.session import FileSession
 from syntax.parsed_file import parse_text
 from syntax.symbols.table import extract_symbols
@@ -45,8 +45,8 @@ def _at(text: str, line: int, column: int) -> str:
 
 def _assemble(text: str, path: str, line: int, column: int, count_tokens: Counter, session: FileSession,
               **kw: object) -> AssembledContext:
-    return assemble_context(text, path, line, column, count_tokens=count_tokens, session=session,
-                            options=AssemblyOptions(timeout_ms=5000, **{**CROP_ONLY, **kw}))  # type: ignore[arg-type]
+    return in_file_context(text, path, line, column, count_tokens=count_tokens, session=session,
+                           options=AssemblyOptions(timeout_ms=5000, **{**CROP_ONLY, **kw}))  # type: ignore[arg-type]
 
 
 def _kept(ctx: AssembledContext) -> bool:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from context import prompt
 from context.build import ContextLibrary, Prompt
-from context.packing.tokens import memo_sizes
+from context.packing.tokens import file_tokens, memo_sizes
 from context.prepare import Prepared
 from context.sources.retrieval import Retriever
 from context.sources.window import MAX_LINE_CHARS, longest_line
@@ -285,9 +285,9 @@ class CompletionService:
         """Exact whole-file token count, for the report; cached per file version."""
         count = self._file_tokens_cache.get(digest)
         if count is None and len(text) > EXACT_FILE_TOKENS_CHARS:
-            return len(text) // 4  # a report figure is not worth holding the tokenizer for seconds
+            return file_tokens(text, None)  # a report figure is not worth holding the tokenizer for seconds
         if count is None:
-            count = self.count_tokens(text)
+            count = file_tokens(text, self.count_tokens)
             if len(self._file_tokens_cache) > 4096:
                 self._file_tokens_cache.clear()
             self._file_tokens_cache[digest] = count

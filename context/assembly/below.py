@@ -9,8 +9,7 @@ completes (otherwise the prompt is near full with excerpts, and every token is p
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from context.assembly.state import Assembly, FitToBudget, Packed
 from context.model import ContextBlock
 from context.packing.pack import Candidate, Rendered
 from context.packing.tokens import LineRangeTokens
@@ -38,34 +37,29 @@ def suffix_floor_hold(parsed: ParsedFile, enc: Enclosing, budget: int, suffix_to
     return hold if hold >= FILL_MIN_TOKENS and enc.tokens + hold <= budget else 0
 
 
-def fill_below(
-    parsed: ParsedFile, enc: Enclosing, chosen: list[Candidate], total: int, budget: int,
-    estimate_lines: LineRangeTokens, prompt_tokens: Callable[[str, str], int],
-    render: Callable[[list[Candidate], str], Rendered], held: int = 0,
-) -> tuple[Rendered, int, list[Candidate], ContextBlock] | None:
+def fill_below(a: Assembly, packed: Packed) -> tuple[Rendered, int, list[Candidate], ContextBlock] | None:
     """Spend the budget packing left over on the lines after the enclosing block, appended to the
     FIM suffix in file order (the siblings below are the file's idioms too, and where a window
     would show them). Excerpts those lines cover verbatim (a sibling's signature) leave the
     prefix and give their tokens to the fill. Lines are taken by estimate, then the prompt is
-    counted for real and trimmed until it fits. ``held``: tokens the packing left for it (suffix_floor), which
-    a file of any length gets. None: nothing to fill, or a file too long for it."""
+    counted for real and trimmed until it fits. ``packed.held_below``: tokens the packing left for it
+    (suffix_floor), which a file of any length gets. None: nothing to fill, or a file too long for it."""
+    parsed, enc, total, budget, held = a.parsed, packed.enc, packed.total, a.budget, packed.held_below
     if (budget - total < FILL_MIN_TOKENS or enc.suffix_end_line is None
-            or (not held and estimate_lines(0, parsed.line_count - 1) > FILL_MAX_FILE_BUDGETS * budget)):
+            or (not held and a.estimate_lines(0, parsed.line_count - 1) > FILL_MAX_FILE_BUDGETS * budget)):
         return None
-    first = enc.suffix_end_line + 1
-    last_line = parsed.line_count - 1
+    first, last_line = enc.suffix_end_line + 1, parsed.line_count - 1
     if first > last_line:
         return None
-    slack = budget - total
-    end = first - 1
-    kept = list(chosen)
+    slack, end = budget - total, first - 1
+    kept = list(packed.chosen)
 
     def covered(c: Candidate, last: int) -> bool:
         return c.chosen is not None and bool(c.chosen.pieces) and all(
             first <= p.start_line and p.end_line <= last for p in c.chosen.pieces)
 
     while end < last_line:
-        cost = estimate_lines(end + 1, end + 1)
+        cost = a.estimate_lines(end + 1, end + 1)
         newly = [c for c in kept if covered(c, end + 1)]
         freed = sum(c.chosen.tokens for c in newly if c.chosen is not None)
         if cost > slack + freed:
@@ -75,21 +69,23 @@ def fill_below(
         slack += freed - cost
     if end < first:
         return None
-    for _attempt in range(4):
-        rendered = render(kept, enc.suffix + parsed.lines_text(first, end))
-        real = prompt_tokens(rendered.prefix, rendered.suffix)
-        if real <= budget:
-            block = ContextBlock(
-                kind="below", name=f"lines below {enc.name}", start_line=first, end_line=end, form="whole",
-                tokens=real - total,
-                reason=(f"{held} tokens held for the code after the cursor (suffix_floor)" if held else
-                        f"budget left after packing, on a file of <= {FILL_MAX_FILE_BUDGETS:g} budgets")
-                + f": the code after the enclosing block, verbatim ({end - first + 1} lines)")
-            return rendered, real, kept, block
-        excess = real - budget
+    fit = FitToBudget(budget, tries=4)
+    while True:
+        rendered, real = a.render(kept, enc, enc.suffix + parsed.lines_text(first, end))
+        if not fit.over(real):
+            break
+        excess = fit.excess
         while end >= first and excess > 0:  # trim from the far end by estimate, then recount
-            excess -= estimate_lines(end, end)
+            excess -= a.estimate_lines(end, end)
             end -= 1
         if end < first:
             return None
-    return None
+    if not fit.fits:
+        return None
+    block = ContextBlock(
+        kind="below", name=f"lines below {enc.name}", start_line=first, end_line=end, form="whole",
+        tokens=real - total,
+        reason=(f"{held} tokens held for the code after the cursor (suffix_floor)" if held else
+                f"budget left after packing, on a file of <= {FILL_MAX_FILE_BUDGETS:g} budgets")
+        + f": the code after the enclosing block, verbatim ({end - first + 1} lines)")
+    return rendered, real, kept, block

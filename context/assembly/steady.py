@@ -20,11 +20,15 @@ another budget: the excerpts are chosen afresh. Each file's are held in its sess
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
-from context.model import ContextBlock
-from context.packing.pack import Segment, TokenCounter
+from context.assembly.state import Assembly, FitToBudget
+from context.model import AssembledContext, ContextBlock
+from context.options import AssemblyOptions
+from context.packing.pack import Rendered, Segment, TokenCounter, render_enclosing
+from context.session import FileSession
+from context.sources.enclosing import Enclosing, find_enclosing
 from syntax.textdiff import diff_region
 
 # Cutting lines of the last excerpt stops here; below this many lines it goes whole.
@@ -39,7 +43,7 @@ class Held:
     """The excerpts of the last request in a file, and the version and block they were for."""
 
     text: str
-    options: tuple[object, ...]  # language, budget, source switches: any change re-chooses
+    options: tuple[object, ...]  # ``key``: language, budget, switches: any change re-chooses
     block_name: str
     block_start: int  # the enclosing block's lines in ``text``
     block_end: int
@@ -59,6 +63,12 @@ class Kept:
     edit_first: int  # first and last changed line, in the held version
     edit_last: int
     delta: int  # lines added (+) or removed (-) by the change
+
+
+def key(options: AssemblyOptions, lang: str) -> tuple[object, ...]:
+    """What held excerpts were chosen with: the language and every option that is not marked ``steady=False``
+    (AssemblyOptions), so that a new switch re-chooses them without being listed here."""
+    return (lang, *(getattr(options, f.name) for f in fields(options) if f.metadata.get("steady", True)))
 
 
 def lookup(held: Held | None, text: str, options: tuple[object, ...],
@@ -122,3 +132,55 @@ def trim(excerpt_text: str, segments: list[Segment], excess: int, count_tokens: 
         end = seg.offset
         excess -= whole
     return excerpt_text[:end], segments
+
+
+def hold(a: Assembly, key_: tuple[object, ...], enc: Enclosing, rendered: Rendered, blocks: list[ContextBlock],
+         dropped: list[ContextBlock]) -> Held:
+    """The excerpts just chosen beside ``enc``, held for the next request in the block."""
+    block_end = max(enc.end_line, a.line)
+    return Held(text=a.text, options=key_, block_name=enc.name, block_start=enc.start_line, block_end=block_end,
+                excerpt_text=rendered.excerpt_text, segments=rendered.segments, above=rendered.above, blocks=blocks,
+                dropped=dropped, outside_edits=frozenset(r for r in a.options.recent_edit_lines
+                                                         if not (enc.start_line <= r[0] and r[1] <= block_end)))
+
+
+def kept_excerpts(a: Assembly, session: FileSession, kept: Kept) -> AssembledContext | None:
+    """The held excerpts, then the enclosing block rendered afresh; None when the cursor left the
+    block they were chosen for, or the block alone no longer fits beside any of them."""
+    held = kept.held
+    enc = find_enclosing(a.outline, a.line, a.cursor_byte, a.budget, a.count_tokens, a.marker_tokens)
+    if enc.symbol is None or enc.name != held.block_name or enc.start_line != held.block_start:
+        return None
+    first = enc.prefix_pieces[0].start_line if enc.prefix_pieces else enc.start_line
+    excerpt_text, segments, above = held.excerpt_text, [moved(s, kept) for s in held.segments], held.above
+    fit = FitToBudget(a.budget, tries=4)
+    while True:
+        prefix = excerpt_text + render_enclosing(enc.prefix_pieces, above, a.lang, a.file_lines)
+        total = a.exact(prefix) + a.exact(enc.suffix)
+        if not fit.over(total):
+            break
+        if not segments:
+            return None
+        # the block grew: cut from the excerpts' end, so that their head (and its KV) stays
+        excerpt_text, segments = trim(excerpt_text, segments, fit.excess, a.exact)
+        above = max((s.end_line for s in segments if s.end_line < first), default=-1)
+    if not fit.fits:
+        return None
+    ranges = [(s.start_line, s.end_line) for s in segments]
+    blocks: list[ContextBlock] = []
+    dropped = [moved(b, kept) for b in held.dropped]
+    for block in held.blocks:
+        block = moved(block, kept)
+        if any(x <= block.end_line and block.start_line <= y for x, y in ranges):
+            blocks.append(block)
+        else:
+            dropped.append(replace(block, reason=f"cut while typing: the enclosing block grew ({block.reason})"))
+    session.steady = replace(
+        held, text=a.text, block_end=max(enc.end_line, a.line, held.block_end + kept.delta),
+        excerpt_text=excerpt_text, segments=segments, above=above, blocks=blocks, dropped=dropped)
+    return AssembledContext(
+        prefix=prefix, suffix=enc.suffix,
+        blocks=[enc.block(), *(replace(b, reason=f"{b.reason}; {NOTE}") for b in blocks)],
+        dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
+        timings_ms=a.clock.timings, stable_chars=len(excerpt_text), steady=True,
+    )

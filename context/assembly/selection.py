@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from context.assembly import Assembly, BlockOverBudget, Packed
+from context.assembly.below import suffix_floor_hold
+from context.assembly.state import Assembly, AssemblyFailed, FitToBudget, Packed
 from context.packing.pack import TIER_REFERENCED, Candidate, form_tokens, merge_duplicates, pack
-from context.sources.below import suffix_floor_hold
 from context.sources.class_header import class_header_candidates
 from context.sources.enclosing import Enclosing, find_enclosing
 from context.sources.imports import import_candidates
@@ -35,39 +35,40 @@ def pack_beside(a: Assembly) -> Packed:
     """The enclosing block and the excerpts that fit beside it, less what the suffix floor holds for the lines
     below the block (``Packed.held_below``). An enclosing block cut to the budget may still leave the rendered
     prompt over it (markers, merges): it is cut again by the excess, at most three times."""
-    try:
-        return _pack_beside(a)
-    finally:
-        a.held_below = 0
-
-
-def _pack_beside(a: Assembly) -> Packed:
-    enclosing_budget = a.budget
-    for _attempt in range(3):
-        enc = find_enclosing(a.outline, a.line, a.cursor_byte, enclosing_budget, a.count_tokens, a.marker_tokens)
-        a.held_below = 0
-        if a.options.fill_below and a.options.suffix_floor:  # a.budget is less the tokens held from here on
-            a.held_below = suffix_floor_hold(a.parsed, enc, a.budget, a.exact(enc.suffix), a.estimate_lines)
-        remaining = a.budget - enc.tokens - a.marker_tokens
-        candidates, reserve = _candidates_beside(a, enc, remaining)
-        a.clock.check("candidates")
-        result = pack(candidates, max(0, remaining), a.exact, a.marker_tokens,
-                      max_whole_tokens=int(a.budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges,
-                      estimate_lines=a.estimate_lines, reserve=reserve)
-        packed = _shed(a, enc, result.chosen, result.dropped)
-        a.clock.check("pack")
-        _second_chance(a, packed)
-        a.clock.check("second-chance")
-        if packed.total <= a.budget:
+    fit, enclosing_budget = FitToBudget(a.budget, tries=3), a.budget
+    while True:
+        packed = _pack(a, enclosing_budget)
+        if not fit.over(packed.total + packed.held_below):  # the tokens held below are not the excerpts'
             break
-        enclosing_budget = max(1, enclosing_budget - (packed.total - a.budget) - a.marker_tokens)
-    if packed.total > a.budget and not packed.chosen:
-        raise BlockOverBudget(f"the cursor's block alone takes {packed.total} tokens of a {a.budget}-token budget")
-    packed.held_below = a.held_below
+        enclosing_budget = max(1, enclosing_budget - fit.excess - a.marker_tokens)
+    if not fit.fits and not packed.chosen:
+        raise AssemblyFailed("block-over-budget", f"the cursor's block alone takes {packed.total} tokens of a "
+                                                  f"{a.budget - packed.held_below}-token budget")
     return packed
 
 
-def _candidates_beside(a: Assembly, enc: Enclosing, remaining: int) -> tuple[list[Candidate], int]:
+def _pack(a: Assembly, enclosing_budget: int) -> Packed:
+    """The enclosing block cut to ``enclosing_budget``, and the excerpts packed beside it."""
+    enc = find_enclosing(a.outline, a.line, a.cursor_byte, enclosing_budget, a.count_tokens, a.marker_tokens)
+    held_below = 0
+    if a.options.fill_below and a.options.suffix_floor:
+        held_below = suffix_floor_hold(a.parsed, enc, a.budget, a.exact(enc.suffix), a.estimate_lines)
+    budget = a.budget - held_below  # the excerpts' share
+    remaining = budget - enc.tokens - a.marker_tokens
+    candidates, reserve = _candidates_beside(a, enc, remaining, budget)
+    a.clock.check("candidates")
+    result = pack(candidates, max(0, remaining), a.exact, a.marker_tokens,
+                  max_whole_tokens=int(budget * MAX_WHOLE_SHARE), shown=enc.shown_ranges,
+                  estimate_lines=a.estimate_lines, reserve=reserve)
+    packed = _shed(a, enc, result.chosen, result.dropped, budget)
+    a.clock.check("pack")
+    _second_chance(a, packed, budget)
+    a.clock.check("second-chance")
+    packed.held_below = held_below
+    return packed
+
+
+def _candidates_beside(a: Assembly, enc: Enclosing, remaining: int, budget: int) -> tuple[list[Candidate], int]:
     """Every source's candidates for the room ``remaining`` beside ``enc``, and the tokens held for the nearby
     lines (nearby_first)."""
     candidates = _candidates(a.outline, enc, a.line, a.options.recent_edit_lines, a.options.constructor_attributes)
@@ -82,7 +83,7 @@ def _candidates_beside(a: Assembly, enc: Enclosing, remaining: int) -> tuple[lis
         # The reserve never takes the room of the class head's and references' cheapest forms.
         signatures = sum(form_tokens(c.forms[-1], a.exact, a.marker_tokens, a.estimate_lines)
                          for c in candidates if c.tier <= TIER_REFERENCED)
-        fits = [f.tokens for f in nearby[0].forms if f.tokens <= int(a.budget * NEARBY_FIRST_SHARE)]
+        fits = [f.tokens for f in nearby[0].forms if f.tokens <= int(budget * NEARBY_FIRST_SHARE)]
         reserve = max(0, min(max(fits, default=0), remaining - signatures))
         nearby[0].reason += f"; {reserve} tokens held for it (nearby_first)"
     candidates += nearby
@@ -91,27 +92,26 @@ def _candidates_beside(a: Assembly, enc: Enclosing, remaining: int) -> tuple[lis
     return candidates, reserve
 
 
-def _shed(a: Assembly, enc: Enclosing, chosen: list[Candidate], dropped: list[Candidate]) -> Packed:
-    """Token counts of pieces are not exactly additive (merges across boundaries, markers): count
-    the rendered prompt (exactly, by memoised segments: see packing/tokens.py) and shed the
-    lowest-priority blocks until it fits."""
+def _shed(a: Assembly, enc: Enclosing, chosen: list[Candidate], dropped: list[Candidate], budget: int) -> Packed:
+    """The rendered prompt counted exactly (by memoised segments: see packing/tokens.py), the lowest-priority
+    blocks shed until it fits."""
+    fit = FitToBudget(budget)
     while True:
-        rendered = a.render(chosen, enc)
-        total = a.prompt_tokens(rendered.prefix, rendered.suffix)
-        if total <= a.budget or not chosen:
+        rendered, total = a.render(chosen, enc)
+        if not (fit.over(total) and chosen):
             return Packed(enc, chosen, dropped, rendered, total)
         victim = max(chosen, key=lambda c: c.priority)
         chosen.remove(victim)
-        victim.drop_reason = f"shed after rendering: prompt was {total} tokens > budget {a.budget}"
+        victim.drop_reason = f"shed after rendering: prompt was {total} tokens > budget {budget}"
         dropped.append(victim)
 
 
-def _second_chance(a: Assembly, packed: Packed) -> None:
+def _second_chance(a: Assembly, packed: Packed, budget: int) -> None:
     """The estimate is pessimistic (a marker per piece): offer the slack of the real count to the dropped
     blocks, by their estimates and in priority order, then verify with a real count; while that is over
     the budget, the lowest-priority block added goes back out (not all of them: one that does not fit
     must not keep out those that do)."""
-    slack = a.budget - packed.total
+    slack = budget - packed.total
     added: list[Candidate] = []
     for cand in sorted(packed.dropped, key=lambda c: c.priority)[:SECOND_CHANCE_MAX]:
         fitting = [f for f in cand.forms if f.tokens and f.tokens - a.marker_tokens <= slack]
@@ -119,14 +119,14 @@ def _second_chance(a: Assembly, packed: Packed) -> None:
             cand.chosen = fitting[0]
             slack -= fitting[0].tokens - a.marker_tokens
             added.append(cand)
+    fit = FitToBudget(budget)
     while added:
-        trial = a.render([*packed.chosen, *added], packed.enc)
-        trial_total = a.prompt_tokens(trial.prefix, trial.suffix)
-        if trial_total <= a.budget:
+        trial, total = a.render([*packed.chosen, *added], packed.enc)
+        if not fit.over(total):
             packed.chosen += added
             for cand in added:
                 packed.dropped.remove(cand)
-            packed.rendered, packed.total = trial, trial_total
+            packed.rendered, packed.total = trial, total
             return
         added.pop().chosen = None
 

@@ -1,0 +1,120 @@
+"""The assembly: the in-file context of one completion request cropped to its budget by the file's syntax, with
+its explanation. Which strategy a request gets (the window, the whole file, or this) is context/prepare.py's
+choice; the assembly either gives its prompt or raises ``AssemblyFailed``.
+
+Pipeline: parse (cached, incremental) -> symbol table -> the excerpts held while the user types in one block
+(steady.py), else: enclosing block (mandatory) -> candidates from each source (class header, references, recent
+edits, imports/constants, similar lines, nearby lines, neighbours) -> one packing pass in priority order under the
+token budget -> rendering (excerpts in file order, then the enclosing block up to the cursor) -> a check of the
+real token count (those in selection.py) -> the lines below the block with what is left (below.py). What the
+stages share is in state.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from context.assembly import steady
+from context.assembly.below import fill_below
+from context.assembly.selection import pack_beside
+from context.assembly.state import Assembly, AssemblyFailed, Clock
+from context.model import AssembledContext, ContextBlock
+from context.options import DEFAULT_OPTIONS, AssemblyOptions
+from context.packing.pack import Candidate, Form
+from context.packing.tokens import TokenCounter, memoized
+from context.session import FileSession
+from syntax.grammars import detect_language, is_supported
+from syntax.summaries import outline_of
+from syntax.symbols.table import cheap_symbols, extract_symbols
+
+__all__ = ["AssemblyFailed", "assemble_context"]
+
+log = logging.getLogger("ctxpress.context")
+
+
+def assemble_context(text: str, path: str, line: int, column: int, *, count_tokens: TokenCounter,
+                     options: AssemblyOptions = DEFAULT_OPTIONS,
+                     session: FileSession | None = None) -> AssembledContext:
+    """The excerpts and the enclosing block for a cursor at 0-based (line, column) of ``text``. ``count_tokens``:
+    memoised here if it is not. ``session``: the file's (its parsed versions and held excerpts are used and updated);
+    None: a session of this call only. Raises ``AssemblyFailed`` (unsupported language, parse failure, a block
+    over the budget alone, an exception, or more than ``options.timeout_ms`` of CPU time)."""
+    # The timeout is on the assembly's own CPU time, not wall time: on the embedded appliance the
+    # CPU engine shares the cores, and a thread that waits for a core has done no work worth
+    # throwing away (the window would wait for the same core). A file that is truly slow
+    # to assemble still trips it; wall time is reported in ``elapsed_ms`` and the timings.
+    clock = Clock(time.thread_time() + options.timeout_ms / 1000.0, options.timeout_ms)
+    lang = options.language or detect_language(path, text)
+    if lang is None or not is_supported(lang):
+        raise AssemblyFailed("unsupported-language", f"unsupported language: {lang or 'unknown'}")
+    session, count_tokens = session if session is not None else FileSession("", path), memoized(count_tokens)
+    try:
+        a = _parsed(text, path, lang, line, column, count_tokens, options, clock, session)
+        key = steady.key(options, lang)
+        kept = steady.lookup(session.steady, text, key, options.recent_edit_lines) if options.steady_excerpts else None
+        held = steady.kept_excerpts(a, session, kept) if kept is not None else None
+        if kept is not None:
+            clock.check("steady")
+        return held if held is not None else _packed(a, session, key)
+    except AssemblyFailed:
+        raise
+    except Exception as exc:  # never fail the request over its context: the window is sent, and why is said
+        log.exception("context assembly failed for %s", path)
+        raise AssemblyFailed("error", f"error: {type(exc).__name__}: {exc}") from exc
+
+
+def _parsed(text: str, path: str, lang: str, line: int, column: int, count_tokens: TokenCounter,
+            options: AssemblyOptions, clock: Clock, session: FileSession) -> Assembly:
+    # The cursor line is parsed blank: half-typed code there (an open bracket, an unclosed
+    # string) makes tree-sitter's error recovery re-parse and mangle the rest of the file; the
+    # line itself is rendered from the real text, and its identifiers are read from that text.
+    parsed = session.trees.get(path, text, lang, blank_line=line)
+    clock.check("parse")
+    line = max(0, min(line, parsed.line_count - 1))
+    table = cheap_symbols(parsed) or extract_symbols(parsed)
+    # Half-typed code always has error nodes; only a tree with nothing recognisable is a failure.
+    if parsed.tree.root_node.has_error and not table.symbols and text.strip():
+        raise AssemblyFailed("parse-failure", "parse failure: no declarations recognised in an erroneous tree")
+    clock.check("symbols")
+    return Assembly(text, path, lang, line, column, options, parsed, table, outline_of(table), count_tokens, clock)
+
+
+def _packed(a: Assembly, session: FileSession, key: tuple[object, ...]) -> AssembledContext:
+    """The enclosing block and the excerpts packed beside it, the lines below it with what is left, and the
+    excerpts held for the next request in the block."""
+    packed = pack_beside(a)
+    filled = fill_below(a, packed) if a.options.fill_below else None
+    if filled is not None:
+        a.clock.check("fill")
+    below: ContextBlock | None
+    rendered, total, chosen, below = filled or (packed.rendered, packed.total, packed.chosen, None)
+    enc = packed.enc
+    blocks = [enc.block(), *(_block(c, c.chosen) for c in sorted(chosen, key=lambda c: c.priority))]
+    dropped = [_block(c, None, f"{c.drop_reason} ({c.reason})")
+               for c in sorted(packed.dropped, key=lambda c: c.priority)]
+    if a.options.steady_excerpts:
+        # Held excerpts are rendered beside the block alone. The lines a short file is filled with would be cut as
+        # the block grows, so that file's excerpts are chosen afresh; those of the suffix floor are left out while
+        # typing: in the suffix, after the typed text, the engine would process them again at every keystroke.
+        holds = enc.symbol is not None and (below is None or packed.held_below)
+        session.steady = steady.hold(a, key, enc, rendered, blocks[1:], dropped) if holds else None
+    if below is not None:
+        blocks.append(below)
+    return AssembledContext(
+        prefix=rendered.prefix, suffix=rendered.suffix, blocks=blocks, dropped=dropped, strategy="ast",
+        fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0, timings_ms=a.clock.timings,
+        stable_chars=len(rendered.excerpt_text),
+    )
+
+
+def _block(c: Candidate, form: Form | None, reason: str | None = None) -> ContextBlock:
+    f = form or c.forms[-1]
+    why = reason or c.reason
+    if form is not None and form.note:
+        why = f"{why}; {form.note}"
+    # A form may show less than the candidate's whole range (nearby lines: the part that fit).
+    start = min((p.start_line for p in f.pieces), default=c.start_line)
+    end = max((p.end_line for p in f.pieces), default=c.end_line)
+    return ContextBlock(kind=c.kind, name=c.name, start_line=start, end_line=end, form=f.name,
+                        tokens=f.tokens, reason=why)
