@@ -38,7 +38,12 @@ def clamp_cursor(text: str, line: int, column: int) -> tuple[int, int]:
     """The nearest valid cursor position (for callers that degrade rather than reject)."""
     lines = _cursor_lines(text)
     line = max(0, min(line, len(lines) - 1))
-    return line, max(0, min(column, len(lines[line].rstrip("\r\n"))))
+    return line, max(0, min(column, len(_body(lines[line]))))
+
+
+def _body(line: str) -> str:
+    """A line without its ending (``\n`` or ``\r\n``, as the wire counts them): a lone ``\r`` is content."""
+    return line.removesuffix("\n").removesuffix("\r")
 
 
 def split_at_cursor(text: str, line: int, column: int) -> tuple[list[str], str, str]:
@@ -47,7 +52,7 @@ def split_at_cursor(text: str, line: int, column: int) -> tuple[list[str], str, 
     if line >= len(lines):
         raise CursorOutOfRange(f"line {line} is past the end of the file ({len(lines)} lines)")
     current = lines[line]
-    body = current.rstrip("\r\n")
+    body = _body(current)
     if column > len(body):
         raise CursorOutOfRange(f"column {column} is past the end of line {line} ({len(body)} characters)")
     return lines, current[:column], current[column:]

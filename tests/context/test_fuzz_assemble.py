@@ -34,14 +34,21 @@ def test_assembly_never_fails_on_random_source(text: str, data: st.DataObject, l
     column = data.draw(st.integers(0, len(lines[line].removesuffix("\r"))))
 
     ctx = in_file_context(text, f"f.{language}", line, column, count_tokens=count_tokens,
-                          options=AssemblyOptions(budget_tokens=budget, language=language, timeout_ms=200,
-))
+                          options=AssemblyOptions(budget_tokens=budget, language=language, timeout_ms=200))
     assert isinstance(ctx.prefix, str) and isinstance(ctx.suffix, str)
     assert ctx.context_tokens <= budget + 8 or ctx.strategy == "window-fallback"
     # what precedes the cursor on its line is always in the prefix
     assert ctx.prefix.endswith(lines[line][:column])
     cleaned = clean_completion(data.draw(st.text(max_size=200)), ctx.suffix)
     assert isinstance(cleaned, str)
+
+
+def test_a_lone_carriage_return_is_content_not_a_line_end(count_tokens: Callable[[str], int]) -> None:
+    """The wire ends a line at ``\n`` (its ``\r`` before it included): in ``"\r\r\n"`` the cursor may stand
+    after the first ``\r``. Seen failing: ``CursorOutOfRange: column 1 is past the end of line 0``."""
+    ctx = in_file_context("\r\r\n", "f.py", 0, 1, count_tokens=count_tokens,
+                          options=AssemblyOptions(budget_tokens=64, language="python", timeout_ms=200))
+    assert ctx.prefix.endswith("\r") and ctx.suffix.startswith("\r\n")
 
 
 def test_a_cursor_block_over_the_budget_falls_back_instead_of_overrunning_it(
