@@ -53,10 +53,13 @@ def assemble_context(text: str, path: str, line: int, column: int, *, count_toke
         a = _parsed(text, path, lang, line, column, count_tokens, options, clock, session)
         key = steady.key(options, lang)
         kept = steady.lookup(session.steady, text, key, options.recent_edit_lines) if options.steady_excerpts else None
-        held = steady.kept_excerpts(a, session, kept) if kept is not None else None
+        reused = steady.kept_excerpts(a, kept) if kept is not None else None
         if kept is not None:
             clock.check("steady")
-        return held if held is not None else _packed(a, session, key)
+        if reused is None:
+            return _packed(a, session, key)
+        assembled, session.steady = reused
+        return assembled
     except AssemblyFailed:
         raise
     except Exception as exc:  # never fail the request over its context: the window is sent, and why is said

@@ -27,7 +27,6 @@ from context.assembly.state import Assembly, FitToBudget
 from context.model import AssembledContext, ContextBlock
 from context.options import AssemblyOptions
 from context.packing.pack import Rendered, Segment, TokenCounter, render_enclosing
-from context.session import FileSession
 from context.sources.enclosing import Enclosing, find_enclosing
 from syntax.textdiff import diff_region
 
@@ -144,9 +143,9 @@ def hold(a: Assembly, key_: tuple[object, ...], enc: Enclosing, rendered: Render
                                                          if not (enc.start_line <= r[0] and r[1] <= block_end)))
 
 
-def kept_excerpts(a: Assembly, session: FileSession, kept: Kept) -> AssembledContext | None:
-    """The held excerpts, then the enclosing block rendered afresh; None when the cursor left the
-    block they were chosen for, or the block alone no longer fits beside any of them."""
+def kept_excerpts(a: Assembly, kept: Kept) -> tuple[AssembledContext, Held] | None:
+    """The held excerpts, then the enclosing block rendered afresh, and what the file's session holds now; None
+    when the cursor left the block they were chosen for, or the block alone no longer fits beside any of them."""
     held = kept.held
     enc = find_enclosing(a.outline, a.line, a.cursor_byte, a.budget, a.count_tokens, a.marker_tokens)
     if enc.symbol is None or enc.name != held.block_name or enc.start_line != held.block_start:
@@ -175,7 +174,7 @@ def kept_excerpts(a: Assembly, session: FileSession, kept: Kept) -> AssembledCon
             blocks.append(block)
         else:
             dropped.append(replace(block, reason=f"cut while typing: the enclosing block grew ({block.reason})"))
-    session.steady = replace(
+    now_held = replace(
         held, text=a.text, block_end=max(enc.end_line, a.line, held.block_end + kept.delta),
         excerpt_text=excerpt_text, segments=segments, above=above, blocks=blocks, dropped=dropped)
     return AssembledContext(
@@ -183,4 +182,4 @@ def kept_excerpts(a: Assembly, session: FileSession, kept: Kept) -> AssembledCon
         blocks=[enc.block(), *(replace(b, reason=f"{b.reason}; {NOTE}") for b in blocks)],
         dropped=dropped, strategy="ast", fallback_reason=None, file_tokens=0, context_tokens=total, elapsed_ms=0.0,
         timings_ms=a.clock.timings, stable_chars=len(excerpt_text), steady=True,
-    )
+    ), now_held

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from serving.engine.generation import GaveWay, GenerationChunk, GenerationFigures
+from serving.engine.generation import Decoding, GaveWay, GenerationChunk, GenerationFigures
 from serving.engine.host_load import HostLoad
 from serving.engine.kv_pool import KVPool, Slot, common_prefix
 from serving.engine.llama_runner import LlamaRunner
@@ -47,17 +47,6 @@ YIELD_CHUNK = 128
 # requests never overlap, keeps the wide chunks.
 CONTENDED_YIELD_CHUNK = 32
 CONTENDED_WINDOW_S = 10.0
-
-
-@dataclass
-class Decoding:
-    """A request's decoding: the tokens generated (and the text streamed) so far, its speculation and figures."""
-
-    text: StopText
-    choice: SpeculationChoice
-    figures: GenerationFigures
-    generated: list[int] = field(default_factory=list)
-    decode_ms: float = 0.0  # over its runs before this one
 
 
 @dataclass

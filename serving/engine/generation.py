@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from serving.engine.decode_loop import Decoding
+from serving.engine.speculation import SpeculationChoice
+from serving.engine.stop_text import StopText
 
 
 class GaveWay(Exception):
@@ -50,3 +49,14 @@ class GenerationChunk:
     text: str
     figures: GenerationFigures
     final: bool = False
+
+
+@dataclass
+class Decoding:
+    """A request's decoding: the tokens generated (and the text streamed) so far, its speculation and figures."""
+
+    text: StopText
+    choice: SpeculationChoice
+    figures: GenerationFigures
+    generated: list[int] = field(default_factory=list)
+    decode_ms: float = 0.0  # over its runs before this one
