@@ -22,8 +22,7 @@ from ctxpress_core.wire.v1 import ErrorBody
 # sees, and the modules that must run without the project installed (build_engines stands alone; the git hook's
 # publisher runs on the standard library only).
 NOT_ERRORS = {"serving.engine.generation.GaveWay", "ctxpress.http.upstream.Superseded", "ctxpress.lsp.stdio._NotAPipe",
-              "context.assembly.Timeout", "context.assembly.ParseFailure",
-              "context.assembly.BlockOverBudget"}
+              "context.assembly.state.AssemblyFailed"}
 STANDALONE = ("build_engines", "indexer.hook_publish")
 
 
