@@ -23,7 +23,7 @@ from build_engines.triton_models.speculative import cache_salt_id
 from build_engines.triton_repo import TARGET
 from context.prompt import cache_salt
 from ctxpress_core import inference
-from serving.engine_api import complete
+from serving.engine_api import EngineRequest, complete
 from serving.triton_client import TritonCompletionClient
 
 
@@ -56,8 +56,8 @@ def problems(figures: dict[str, int | None]) -> list[str]:
 
 async def reported_cached_tokens(client: TritonCompletionClient, text: str, salt: str) -> int | None:
     # keyed by user as the worker keys it (context.prompt.cache_key): the CPU engine scopes its KV pool by that
-    result = await complete(client, text, max_tokens=4, timeout_s=60.0, speculation="none",
-                            cache_key=f"cache-oracle:{salt}", cache_salt=salt)
+    result = await complete(client, EngineRequest(text, 4, cache_key=f"cache-oracle:{salt}", speculation="none",
+                                                  deadline_ms=60_000, cache_salt=salt))
     return result.figures.get(inference.CTX_CACHED_TOKENS)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ctxpress_core.errors import InferenceTimeout
@@ -66,24 +66,27 @@ class CompletionEngine(Protocol):
         ...
 
 
+# what ``complete`` waits when a request names no deadline
+DEFAULT_DEADLINE_MS = 30_000
+
 _cancels: set[asyncio.Task[bool]] = set()  # cancels on their way (kept referenced)
 
 
-async def complete(engine: CompletionEngine, prompt: str, *, max_tokens: int, timeout_s: float = 30.0,
-                   temperature: float = 0.0, stop_words: Sequence[str] = (), cache_key: str | None = None,
-                   speculation: str | None = None, request_id: str | None = None,
-                   template_markers: Sequence[int] | None = None,
+async def complete(engine: CompletionEngine, request: EngineRequest, *,
                    settled: Callable[[str], bool] | None = None,
-                   max_decode_ms: float | None = None, cache_salt: str | None = None) -> CompletionResult:
-    """The whole completion of ``prompt`` within ``timeout_s`` (the engine is told the deadline too). A
-    call that times out or is cancelled tells the engine, without waiting, that nobody reads the answer.
-    ``settled``: told the text so far at each piece that ends a line (or may open a fence); once it says
-    nothing further can change what the caller keeps, the engine is told to stop and the text so far is the
-    result (finish reason ``stop``). ``max_decode_ms``: once this long has passed since the first token, the
-    completion ends at the next piece that ends a line (finish reason ``length``, as at the token limit).
-    ``cache_salt``: as in ``EngineRequest``."""
-    request = EngineRequest(prompt, max_tokens, temperature, stop_words, cache_key, speculation, request_id,
-                            int(timeout_s * 1000), template_markers, cache_salt)
+                   max_decode_ms: float | None = None) -> CompletionResult:
+    """The whole completion of ``request`` within its ``deadline_ms`` (``DEFAULT_DEADLINE_MS`` when it names
+    none; the engine is told the deadline too). A call that times out or is cancelled tells the engine, without
+    waiting, that nobody reads the answer. ``settled``: told the text so far at each piece that ends a line (or
+    may open a fence); once it says nothing further can change what the caller keeps, the engine is told to stop
+    and the text so far is the result (finish reason ``stop``). ``max_decode_ms``: once this long has passed
+    since the first token, the completion ends at the next piece that ends a line (finish reason ``length``, as
+    at the token limit). Both are the caller's reading of the text, not the engine's: they are no request
+    fields."""
+    deadline_ms = DEFAULT_DEADLINE_MS if request.deadline_ms is None else request.deadline_ms
+    request = replace(request, deadline_ms=deadline_ms)
+    timeout_s = deadline_ms / 1000
+    request_id = request.request_id
     started = time.perf_counter()
     result = CompletionResult(text="")
     pieces: list[str] = []

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from serving.engine_api import complete
+from serving.engine_api import EngineRequest, complete
 from serving.fim import STOP_WORDS, fim_prompt
 from serving.triton_client import TritonCompletionClient
 
@@ -36,8 +36,8 @@ async def test_a_short_request_passes_a_cold_prompt_queued_before_it(appliance: 
     finished: dict[str, float] = {}
 
     async def ask(name: str, prompt: str, key: str, max_tokens: int) -> Any:
-        result = await complete(client, prompt, max_tokens=max_tokens, stop_words=STOP_WORDS, timeout_s=300,
-                                cache_key=key, speculation="none")
+        result = await complete(client, EngineRequest(prompt, max_tokens, stop_words=STOP_WORDS, cache_key=key,
+                                                      speculation="none", deadline_ms=300_000))
         finished[name] = time.monotonic()
         return result
 

@@ -37,13 +37,13 @@ async def test_cancel_stops_a_running_prompt_and_drops_a_queued_one(appliance: A
     status_path = appliance.settings.run_dir / "engine-status.json"
     before = _abandoned(status_path)
     try:
-        running = asyncio.create_task(complete(
-            client, _cold_prompt(1200), max_tokens=32, stop_words=STOP_WORDS, timeout_s=300,
-            cache_key="cancel-running", speculation="none", request_id="cancel-running"))
+        running = asyncio.create_task(complete(client, EngineRequest(
+            _cold_prompt(1200), 32, stop_words=STOP_WORDS, cache_key="cancel-running", speculation="none",
+            request_id="cancel-running", deadline_ms=300_000)))
         await asyncio.sleep(1.0)  # its prompt is being processed
-        queued = asyncio.create_task(complete(
-            client, _cold_prompt(1600), max_tokens=32, stop_words=STOP_WORDS, timeout_s=300,
-            cache_key="cancel-queued", speculation="none", request_id="cancel-queued"))
+        queued = asyncio.create_task(complete(client, EngineRequest(
+            _cold_prompt(1600), 32, stop_words=STOP_WORDS, cache_key="cancel-queued", speculation="none",
+            request_id="cancel-queued", deadline_ms=300_000)))
         await asyncio.sleep(0.3)
         assert await client.cancel("cancel-queued")
         assert await client.cancel("cancel-running")
@@ -55,8 +55,9 @@ async def test_cancel_stops_a_running_prompt_and_drops_a_queued_one(appliance: A
         assert after["prompt"] + after["decode"] == before.get("prompt", 0) + before.get("decode", 0) + 1
         # an unknown id is no error, and the engine still serves
         assert not await client.cancel("never-sent")
-        ok = await complete(client, fim_prompt("def add(a, b):\n    return ", "\n"), max_tokens=4,
-                            stop_words=STOP_WORDS, timeout_s=120, request_id="after-cancel")
+        ok = await complete(client, EngineRequest(fim_prompt("def add(a, b):\n    return ", "\n"), 4,
+                                                  stop_words=STOP_WORDS, request_id="after-cancel",
+                                                  deadline_ms=120_000))
         assert ok.finish_reason in {"stop", "length"} and ok.text.strip()
     finally:
         await client.close()
@@ -66,14 +67,15 @@ async def test_a_request_past_its_deadline_is_not_computed(appliance: Any) -> No
     client = TritonCompletionClient(appliance.settings.effective_triton_url())
     status_path = appliance.settings.run_dir / "engine-status.json"
     try:
-        blocker = asyncio.create_task(complete(
-            client, _cold_prompt(2000), max_tokens=8, stop_words=STOP_WORDS, timeout_s=300,
-            cache_key="deadline-blocker", speculation="none"))
+        blocker = asyncio.create_task(complete(client, EngineRequest(
+            _cold_prompt(2000), 8, stop_words=STOP_WORDS, cache_key="deadline-blocker", speculation="none",
+            deadline_ms=300_000)))
         await asyncio.sleep(0.5)
         before = _abandoned(status_path)
         with pytest.raises(Exception) as timed_out:  # the caller gives up after 0.5 s...
-            await complete(client, _cold_prompt(2400), max_tokens=8, stop_words=STOP_WORDS, timeout_s=0.5,
-                           cache_key="deadline-late", request_id="deadline-late")
+            await complete(client, EngineRequest(_cold_prompt(2400), 8, stop_words=STOP_WORDS,
+                                                 cache_key="deadline-late", request_id="deadline-late",
+                                                 deadline_ms=500))
         assert type(timed_out.value).__name__ == "InferenceTimeout"
         await asyncio.wait_for(blocker, 300)
         # ...and the engine, which was busy, drops it instead of computing it. The blocker gives way to it (due
@@ -104,8 +106,9 @@ async def test_a_stream_ends_its_pieces_with_the_reason_and_stops_once_settled(a
         whole = "".join(p.text for p in pieces)
         assert whole.count("\n") >= 2  # the body goes on for several lines
         seen: list[str] = []
-        settled = await complete(client, prompt, max_tokens=40, stop_words=STOP_WORDS, timeout_s=120,
-                                 speculation="none", request_id="settled", settled=lambda t: not seen.append(t))
+        settled = await complete(client, EngineRequest(prompt, 40, stop_words=STOP_WORDS, speculation="none",
+                                                       request_id="settled", deadline_ms=120_000),
+                                 settled=lambda t: not seen.append(t))
         assert seen == [settled.text] and settled.finish_reason == "stop"
         assert "\n" in settled.text and whole.startswith(settled.text) and len(settled.text) < len(whole)
     finally:

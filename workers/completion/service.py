@@ -39,7 +39,7 @@ from ctxpress_core.wire.v1 import (
     Timings,
     content_hash,
 )
-from serving.engine_api import CompletionEngine, CompletionResult, complete
+from serving.engine_api import CompletionEngine, CompletionResult, EngineRequest, complete
 from serving.fim import STOP_WORDS
 from workers import metrics
 from workers.completion.engine_load import EngineLoad
@@ -240,12 +240,12 @@ class CompletionService:
                                     language=built.prepared.language)
         try:
             with self.engine_load.track(user):
-                return await complete(
-                    self.engine, built.layout.text, template_markers=built.layout.markers,
-                    max_tokens=request.max_tokens, stop_words=STOP_WORDS, timeout_s=left_s,
-                    cache_key=built.cache_key, speculation=built.speculation, request_id=uuid.uuid4().hex,
+                return await complete(self.engine, EngineRequest(
+                    built.layout.text, request.max_tokens, stop_words=STOP_WORDS, cache_key=built.cache_key,
+                    speculation=built.speculation, request_id=uuid.uuid4().hex, deadline_ms=int(left_s * 1000),
+                    template_markers=built.layout.markers, cache_salt=built.cache_salt),
                     settled=settled if resolve_features(request.features)["early_stop"] else None,
-                    max_decode_ms=request.max_decode_ms, cache_salt=built.cache_salt)
+                    max_decode_ms=request.max_decode_ms)
         except CtxpressError:
             raise
         except Exception as exc:  # any other inference failure: reply, do not hang
@@ -372,10 +372,10 @@ class CompletionService:
         head = prompt.prewarm_head(prepared)
         if head is None:
             return
-        result = await complete(
-            self.engine, head.text, template_markers=head.markers,
-            max_tokens=0, timeout_s=self.settings.triton_timeout_s, cache_salt=self.library.cache_salt(caller.kv_owner),
-            cache_key=prompt.cache_key(self.model_name, request, features, caller.kv_owner), speculation="none")
+        result = await complete(self.engine, EngineRequest(
+            head.text, 0, cache_key=prompt.cache_key(self.model_name, request, features, caller.kv_owner),
+            speculation="none", deadline_ms=int(self.settings.triton_timeout_s * 1000), template_markers=head.markers,
+            cache_salt=self.library.cache_salt(caller.kv_owner)))
         metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))
         log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
             inference.CTX_PROMPT_TOKENS), "reused": result.figures.get(inference.CTX_CACHED_TOKENS),
