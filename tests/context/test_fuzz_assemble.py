@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from context.options import AssemblyOptions
 from context.prepare import in_file_context
 from ctxpress_core.languages import KNOWN_LANGUAGES
-from workers.postprocess import clean_completion
+from workers.completion.postprocess import clean_completion
 
 EXAMPLES = int(os.environ.get("CTXPRESS_FUZZ_EXAMPLES", "150"))
 

@@ -43,13 +43,13 @@ from serving.engine_api import CompletionEngine, CompletionResult, EngineRequest
 from serving.fim import STOP_WORDS
 from workers import metrics
 from workers.completion.engine_load import EngineLoad
+from workers.completion.file_store import FileStore
 from workers.completion.follow_up import Asked, FollowUps, accepted
 from workers.completion.observe import Observer, observe_retrieval
+from workers.completion.postprocess import CompletionSettled, clean_completion
 from workers.completion.prewarms import LatestPerUser
 from workers.completion.request import parse_request, within_size_limit
-from workers.file_store import FileStore
 from workers.grants import Caller, Grants
-from workers.postprocess import CompletionSettled, clean_completion
 from workers.telemetry import TelemetryWriter
 
 log = logging.getLogger("ctxpress.worker.completion")

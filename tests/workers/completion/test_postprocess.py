@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.postprocess import CompletionSettled, clean_completion
+from workers.completion.postprocess import CompletionSettled, clean_completion
 
 
 def test_plain_completion_unchanged() -> None:

@@ -22,7 +22,7 @@ import re
 
 from ctxpress_core.languages import BRACED_BLOCKS, INDENTED_BLOCKS
 from syntax.summaries import NUMBERED_ELISION
-from workers.code_lines import (
+from workers.completion.code_lines import (
     Line,
     finished,
     first_code_indent,
