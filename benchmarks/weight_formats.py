@@ -1,6 +1,6 @@
 """Other weight formats made from the packaged GGUF, for the kernel-path benchmark:
 ``python -m benchmarks.weight_formats [q4_0 q8_0 ...]`` writes ``<models dir>/<name>-<format>.gguf`` and prints
-their paths (then ``python -m benchmarks.kernel_paths --model PATH``).
+their paths (then ``python -m ctxpress.evaluation.kernel_paths --model PATH``).
 
 Only the packaged Q4_K_M target is available (no F16 or Q8_0 of it is packaged, and nothing is downloaded),
 so these are *re*-quantised from it with llama.cpp's own quantizer (``allow_requantize``): right for speed,

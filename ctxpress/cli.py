@@ -42,8 +42,7 @@ def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from ctxpress.parts import parts
-    from ctxpress.parts.supervisor import SupervisorPart
-    from ctxpress.supervisor import describe, read_state
+    from ctxpress.parts.supervisor import SupervisorPart, describe, read_state
 
     rows = [part.status() for part in [*parts(settings), SupervisorPart(settings)]]
     # Restarts only while the supervisor runs: its file is otherwise what an earlier one left behind.

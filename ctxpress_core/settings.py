@@ -164,7 +164,7 @@ class Settings(BaseSettings):
     retrieval_top_k: int = 6
     retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see context/sources/retrieval.py)
 
-    # Supervisor (ctxpress/supervisor.py): restarts an embedded part whose process is gone, after a backoff
+    # Supervisor (ctxpress/parts/supervisor.py): restarts an embedded part whose process is gone, after a backoff
     # doubling from initial to max that starts over once the part has stayed up reset_s.
     supervisor_interval_s: float = 1.0
     supervisor_backoff_initial_s: float = 1.0

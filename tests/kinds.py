@@ -58,7 +58,7 @@ _SERVICE_BINARIES = {
     "nvim": "editors", "code-server": "editors", "chromium": "editors", "tabby-agent": "editors",
 }
 # ``python -m MODULE``: the appliance's own processes.
-_SERVICE_MODULES = ("serving.engine.triton_server", "workers.", "ctxpress.supervisor", "ctxpress.console")
+_SERVICE_MODULES = ("serving.engine.triton_server", "workers.", "ctxpress.parts.supervisor", "ctxpress.console")
 
 
 class NeedsAService(Exception):

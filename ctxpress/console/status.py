@@ -52,8 +52,7 @@ class Snapshot:
 def take(settings: Settings) -> Snapshot:
     """One look at the appliance (blocking: run it off the event loop)."""
     from ctxpress.parts import parts
-    from ctxpress.parts.supervisor import SupervisorPart
-    from ctxpress.supervisor import describe, read_state
+    from ctxpress.parts.supervisor import SupervisorPart, describe, read_state
 
     now = time.time()
     rows = [part.status() for part in [*parts(settings), SupervisorPart(settings)]]

@@ -1,5 +1,5 @@
 """Prompt and decode speed per CPU kernel path (AMX / AVX-512 / AVX2, forced), against a baseline measured
-in the same run: ``ctxpress bench --scenario kernels`` (or ``python -m benchmarks.kernel_paths``).
+in the same run: ``ctxpress bench --scenario kernels`` (or ``python -m ctxpress.evaluation.kernel_paths``).
 
 Each path runs in its own process (``CTXPRESS_CPU_KERNELS=<path>``: ggml keeps one CPU backend a process,
 ``serving.engine.cpu_kernels``), which loads the model, processes a prompt of ``--prompt-tokens`` tokens of
@@ -134,7 +134,7 @@ def measure(python: str, path: str, args: argparse.Namespace) -> PathRun | str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernel_paths", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m ctxpress.evaluation.kernel_paths", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)

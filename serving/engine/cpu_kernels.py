@@ -14,7 +14,7 @@ before llama.cpp starts any thread) :func:`load_cpu_backend`:
 ``CTXPRESS_CPU_KERNELS`` (or ``EngineConfig.cpu_kernels``) forces a path: ``auto`` (the default, the
 best this host runs), ``amx``, ``avx512`` or ``avx2``; a path this CPU cannot run is refused with
 :class:`KernelPathUnavailable`, never run. The choice holds for the whole process: ggml keeps one CPU
-backend, so another path needs another process (the tests and ``benchmarks/kernel_paths.py`` start one
+backend, so another path needs another process (the tests and ``ctxpress/evaluation/kernel_paths.py`` start one
 per path).
 
 A llama.cpp built the old way (one ``libggml-cpu.so`` linked in, no variants) still runs: its kernels are

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ctxpress.parts.base import Part, StartError
-from ctxpress.supervisor import Backoff, HangDetector, Watch, describe, exit_reason, read_state
+from ctxpress.parts.supervisor import Backoff, HangDetector, Watch, describe, exit_reason, read_state
 from ctxpress_core.settings import Settings
 
 

@@ -34,7 +34,7 @@ import pytest
 from sqlalchemy import text
 
 from ctxpress.parts import parts
-from ctxpress.supervisor import read_state
+from ctxpress.parts.supervisor import read_state
 from ctxpress_core.settings import Settings
 from db.session import engine_for
 from tests.conftest import appliance_env, ctxpress, running_appliance, settings_from_env
