@@ -25,12 +25,16 @@ class EngineLoad:
     each) do not make a keystroke's short one look like it cannot be served in time."""
 
     def __init__(self, prior_s: float = 2.0, alpha: float = 0.2, slots: int = 4) -> None:
-        self.inflight = 0
         self.mean_s = prior_s
         self.slots = slots
         self._alpha = alpha
         self._by_user: Counter[str | None] = Counter()
         self._user_mean_s: dict[str | None, float] = {}  # bounded by the users (a subject's user) seen
+
+    @property
+    def inflight(self) -> int:
+        """This worker's requests at the engine, every user's: counted once, per user, in ``_by_user``."""
+        return sum(self._by_user.values())
 
     def user_mean_s(self, user: str | None) -> float:
         return self._user_mean_s.get(user, self.mean_s)
@@ -59,7 +63,6 @@ class EngineLoad:
 
     @contextlib.contextmanager
     def track(self, user: str | None = None) -> Iterator[None]:
-        self.inflight += 1
         self._by_user[user] += 1
         started = time.perf_counter()
         ok = False
@@ -67,7 +70,6 @@ class EngineLoad:
             yield
             ok = True
         finally:
-            self.inflight -= 1
             self._by_user[user] -= 1
             if self._by_user[user] <= 0:
                 del self._by_user[user]

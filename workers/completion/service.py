@@ -1,54 +1,40 @@
 """One completion request end to end, like an editor's completion provider: the request off the wire, its text,
 its in-file and cross-file context, admission to the engine, the prompt, the engine's answer and the reply, each
-outcome observed. Also cancel, feedback and file_opened (warm the file, then pre-warm its prompt's head)."""
+outcome observed; the answer an editor will ask for next computed ahead (follow_up.py). The worker's other
+subjects have modules of their own, reached through ``CompletionService``: cancel (cancels.py), feedback
+(feedback.py) and file_opened (file_events.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
-import os
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
-from pydantic import ValidationError
-
-from context import prompt
 from context.build import ContextLibrary, Prompt
 from context.packing.tokens import file_tokens, memo_sizes
 from context.prepare import Prepared
 from context.sources.retrieval import Retriever
-from context.sources.window import MAX_LINE_CHARS, longest_line
-from context.warm import warm_file
 from ctxpress_core import inference
 from ctxpress_core.errors import CtxpressError, ErrorCode, RequestError
 from ctxpress_core.features import resolve as resolve_features
 from ctxpress_core.settings import Settings
-from ctxpress_core.wire.v1 import (
-    CancelRequest,
-    CompletionRequest,
-    CompletionResponse,
-    ErrorBody,
-    ErrorResponse,
-    Feedback,
-    FileOpened,
-    Timings,
-    content_hash,
-)
+from ctxpress_core.wire.v1 import CompletionRequest, CompletionResponse, ErrorBody, ErrorResponse, Timings, content_hash
 from serving.engine_api import CompletionEngine, CompletionResult, EngineRequest, complete
 from serving.fim import STOP_WORDS
 from workers import metrics
+from workers.completion.background import low_priority_executor
+from workers.completion.cancels import Cancels
 from workers.completion.engine_load import EngineLoad
+from workers.completion.feedback import feedback
+from workers.completion.file_events import FileEvents
 from workers.completion.file_store import FileStore
 from workers.completion.follow_up import Asked, FollowUps, accepted
 from workers.completion.observe import Observer, observe_retrieval
 from workers.completion.postprocess import CompletionSettled, clean_completion
-from workers.completion.prewarms import LatestPerUser
-from workers.completion.request import parse_request, within_size_limit
+from workers.completion.request import parse_request
 from workers.grants import Caller, Grants
 from workers.telemetry import TelemetryWriter
 
@@ -59,8 +45,9 @@ EXACT_FILE_TOKENS_CHARS = 256 * 1024
 
 
 class CompletionService:
-    """One worker's requests: each stage a part of its own (context, chunks, observe, engine_load), run in
-    order by ``_complete``; the per-file state (sessions) and the file store shared by all requests."""
+    """One worker's requests: each stage a part of its own (the context library, engine_load, observe), run in
+    order by ``_answer``; the per-file state (the library's sessions) and the file store shared by all requests
+    and by the file events."""
 
     def __init__(
         self,
@@ -83,16 +70,11 @@ class CompletionService:
         self.observe = Observer(telemetry)
         self.engine_load = EngineLoad(slots=settings.kv_pool_slots)
         self._file_tokens_cache: dict[str, int] = {}
-        self._prewarms = LatestPerUser()
         self.follow_ups = FollowUps()
-        # Work no live request waits for (warming an opened file, counting a whole file for the report) runs on
-        # one thread at the lowest CPU priority: on the embedded appliance it shares two cores with the engine,
-        # and at normal priority it slowed the prompt it ran beside (the long eval: 13 s prompts took 21-22 s).
-        self._low_priority = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxpress-background",
-                                                initializer=_lowest_cpu_priority)
-        # Requests by (user, the caller's request_id), for ``ctxpress.v1.cancel``: a user cancels only their own.
-        self._inflight: dict[tuple[str | None, str], asyncio.Task[object]] = {}
-        self._cancelled_by_caller: dict[tuple[str | None, str], bool] = {}
+        self._low_priority = low_priority_executor()  # background.py: what no live request waits for
+        self.cancels = Cancels(settings.max_request_bytes)
+        self.file_events = FileEvents(settings, engine, count_tokens, model_name, self.files, self.library,
+                                      self._authorize, self._low_priority)
 
     def cache_entries(self) -> dict[str, int]:
         """The size of every per-file and per-request structure the worker keeps (each one bounded)."""
@@ -100,8 +82,7 @@ class CompletionService:
         return {"file_store_files": len(self.files), "file_store_chars": self.files.chars,
                 **self.library.sessions.counts(), "file_token_counts": len(self._file_tokens_cache),
                 "token_memo_entries": memo_entries, "token_memo_chars": memo_chars,
-                "requests_in_flight": len(self._inflight), "cancel_marks": len(self._cancelled_by_caller),
-                "follow_ups": len(self.follow_ups)}
+                **self.cancels.counts(), "follow_ups": len(self.follow_ups)}
 
     async def handle(self, data: bytes, received_at: float, user: str | None = None) -> bytes:
         """One request in, one reply out; never raises (a cancelled request answers ``cancelled``).
@@ -114,12 +95,12 @@ class CompletionService:
             request_id = request.request_id or request_id
             caller = await self._authorize(user, request.repository)
             if task is not None and request.request_id:
-                self._inflight[(user, request.request_id)] = task
+                self.cancels.hold(user, request.request_id, task)
             response = await self._complete(request, request_id, received_at, caller)
             self.observe.completion(request, response, user)
             return response.model_dump_json().encode()
         except asyncio.CancelledError:
-            if task is not None and task.cancelling() and not self._cancelled_by_caller.pop((user, request_id), False):
+            if task is not None and task.cancelling() and not self.cancels.asked(user, request_id):
                 raise  # the worker is stopping, not the caller
             metrics.CANCELLED.inc()
             body = ErrorBody(code=ErrorCode.CANCELLED, message=f"request {request_id} was cancelled by its caller")
@@ -129,10 +110,8 @@ class CompletionService:
             log.exception("request %s failed", request_id)
             body = ErrorBody(code=ErrorCode.INTERNAL, message=f"internal error (request {request_id})")
         finally:
-            if request is not None and request.request_id and self._inflight.get((user, request.request_id)) is task:
-                del self._inflight[(user, request.request_id)]
-                # a cancel that arrived as the request was finishing is not left behind
-                self._cancelled_by_caller.pop((user, request.request_id), None)
+            if request is not None and request.request_id:
+                self.cancels.release(user, request.request_id, task)
         self.observe.error(request, request_id, body, received_at, user)
         return ErrorResponse(error=body).model_dump_json().encode()
 
@@ -295,96 +274,12 @@ class CompletionService:
 
     def cancel(self, data: bytes, user: str | None = None) -> bool:
         """``ctxpress.v1.cancel``: abandon the named request if this worker holds it (for the same user)."""
-        try:
-            within_size_limit(data, self.settings.max_request_bytes, "a cancel")
-            request_id = CancelRequest.model_validate_json(data).request_id
-        except (ValidationError, RequestError):
-            return False
-        task = self._inflight.get((user, request_id))
-        if task is None or task.done():
-            return False
-        self._cancelled_by_caller[(user, request_id)] = True
-        task.cancel()
-        return True
+        return self.cancels.cancel(data, user)
 
     def feedback(self, data: bytes, user: str | None = None) -> bytes:
-        """An IDE's accept/dismiss of a completion: recorded for the real acceptance rate."""
-        try:
-            within_size_limit(data, self.settings.max_request_bytes, "feedback")
-            event = Feedback.model_validate_json(data)
-        except RequestError as exc:
-            return ErrorResponse(error=ErrorBody.of(exc)).model_dump_json().encode()
-        except ValidationError as exc:
-            body = ErrorBody(code=ErrorCode.INVALID_REQUEST, message=f"invalid feedback: {exc.errors()[0]['msg']}")
-            return ErrorResponse(error=body).model_dump_json().encode()
-        self.observe.feedback(event, user)
-        return b'{"ok": true}'
+        """``ctxpress.v1.feedback``: an IDE's accept/dismiss of a completion."""
+        return feedback(data, self.settings.max_request_bytes, self.observe, user)
 
     async def file_opened(self, data: bytes, user: str | None = None) -> bytes:
-        """Warm the parse tree and symbol table of a file before its first completion."""
-        try:
-            # bounded like a completion request: its text is parsed and its tokens counted on this worker
-            within_size_limit(data, self.settings.max_request_bytes, "file_opened")
-            event = FileOpened.model_validate_json(data)
-            caller = await self._authorize(user, event.repository)
-        except ValidationError as exc:
-            body = ErrorBody(code=ErrorCode.INVALID_REQUEST, message=f"invalid file_opened: {exc.errors()[0]['msg']}")
-            return ErrorResponse(error=body).model_dump_json().encode()
-        except CtxpressError as exc:
-            return ErrorResponse(error=ErrorBody.of(exc)).model_dump_json().encode()
-        self.files.put(caller.file_key(content_hash(event.text)), event.text)
-        loop = asyncio.get_running_loop()
-        if await loop.run_in_executor(None, longest_line, event.text) > MAX_LINE_CHARS:
-            return json.dumps({"ok": False, "reason": "long lines: completions there use the window"}).encode()
-        try:
-            session = self.library.sessions.get(event.repository, event.path, caller.user)
-            warm_ms = await loop.run_in_executor(
-                self._low_priority, functools.partial(warm_file, session, event.text, event.language,
-                                                      count_tokens=self.count_tokens))
-        except Exception:  # warming is optional: the first completion will parse instead
-            log.exception("warming %s failed", event.path)
-            return json.dumps({"ok": False, "reason": "warming failed; the first completion parses instead"}).encode()
-        self._prewarms.start(caller.user, self._prewarm_logged(event, caller))  # one per user at a time
-        return json.dumps({"ok": True, "warm_ms": warm_ms}).encode()
-
-    async def _prewarm_logged(self, event: FileOpened, caller: Caller) -> None:
-        try:
-            await self._prewarm(event, caller)
-        except Exception as exc:  # optional: the first keystroke pays the prompt instead
-            metrics.DEGRADED.labels("prewarm", type(exc).__name__).inc()
-            log.warning("pre-warming %s failed: %s", event.path, exc)
-
-    async def _prewarm(self, event: FileOpened, caller: Caller) -> None:
-        """The stable part of the file's prompt processed in the engine (max_tokens=0), so that the first
-        keystroke finds its KV; the engine gives way to live requests."""
-        features = resolve_features(event.features)
-        if not (features["prewarm"] and features["prefix_cache"]):
-            return
-        if event.line is None:  # without a cursor there is no prompt to predict
-            return
-        request = CompletionRequest(repository=event.repository, path=event.path, text=event.text,
-                                    line=min(event.line, event.text.count("\n")), column=event.column,
-                                    language=event.language, mode="optimized", features=event.features)
-        loop = asyncio.get_running_loop()
-        prepared = await loop.run_in_executor(None, functools.partial(
-            self.library.preparer.prepare, request, event.text, content_hash(event.text), owner=caller.user))
-        # what the next request's prompt will start with
-        head = prompt.prewarm_head(prepared)
-        if head is None:
-            return
-        result = await complete(self.engine, EngineRequest(
-            head.text, 0, cache_key=prompt.cache_key(self.model_name, request, features, caller.kv_owner),
-            speculation="none", deadline_ms=int(self.settings.triton_timeout_s * 1000), template_markers=head.markers,
-            cache_salt=self.library.cache_salt(caller.kv_owner)))
-        metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))
-        log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
-            inference.CTX_PROMPT_TOKENS), "reused": result.figures.get(inference.CTX_CACHED_TOKENS),
-            "finish": result.finish_reason}))
-
-
-def _lowest_cpu_priority() -> None:
-    """Nice 19 for the calling thread only (Linux applies setpriority to a thread id)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (OSError, AttributeError) as exc:  # not Linux, or not allowed: normal priority
-        log.info("background thread keeps normal CPU priority: %s", exc)
+        """``ctxpress.v1.file_opened``: warm the file, then pre-warm its prompt's head."""
+        return await self.file_events.file_opened(data, user)

@@ -131,7 +131,7 @@ async def test_a_prewarm_carries_its_users_cache_salt() -> None:
     opened = json.dumps({"repository": "r", "path": "m.py", "text": text, "line": text.count("\n") - 1,
                          "column": 8}).encode()
     assert json.loads(await service.file_opened(opened, user="bob"))["ok"]
-    await asyncio.gather(*service._prewarms.unfinished())
+    await asyncio.gather(*service.file_events.prewarms.unfinished())
     await service.handle(_request(max_tokens=4), time.perf_counter(), user="bob")
     prewarm, live = engine.requests
     assert prewarm.max_tokens == 0 and prewarm.cache_salt == live.cache_salt is not None
