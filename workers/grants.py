@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from context.build import FileView
+from context import FileView
 from ctxpress_core.errors import Forbidden, GrantsUnavailable
 from ctxpress_core.identity import USER_KIND_HOOKS
 from db.team import grants_of, kind_of

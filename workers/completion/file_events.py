@@ -13,10 +13,7 @@ from concurrent.futures import Executor
 
 from pydantic import ValidationError
 
-from context import prompt
-from context.build import ContextLibrary
-from context.sources.window import MAX_LINE_CHARS, longest_line
-from context.warm import warm_file
+from context import MAX_LINE_CHARS, ContextLibrary, cache_key, longest_line, prewarm_head, warm_file
 from ctxpress_core import inference
 from ctxpress_core.errors import CtxpressError, ErrorCode
 from ctxpress_core.features import resolve as resolve_features
@@ -98,11 +95,11 @@ class FileEvents:
         prepared = await loop.run_in_executor(None, functools.partial(
             self.library.preparer.prepare, request, event.text, content_hash(event.text), owner=caller.user))
         # what the next request's prompt will start with
-        head = prompt.prewarm_head(prepared)
+        head = prewarm_head(prepared)
         if head is None:
             return
         result = await complete(self.engine, EngineRequest(
-            head.text, 0, cache_key=prompt.cache_key(self.model_name, request, features, caller.kv_owner),
+            head.text, 0, cache_key=cache_key(self.model_name, request, features, caller.kv_owner),
             speculation="none", deadline_ms=int(self.settings.triton_timeout_s * 1000), template_markers=head.markers,
             cache_salt=self.library.cache_salt(caller.kv_owner)))
         metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))

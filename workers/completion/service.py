@@ -13,10 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from context.build import ContextLibrary, Prompt
-from context.packing.tokens import file_tokens, memo_sizes
-from context.prepare import Prepared
-from context.sources.retrieval import Retriever
+from context import ContextLibrary, Prepared, Prompt, Retriever, file_tokens, memo_sizes
 from ctxpress_core import inference
 from ctxpress_core.errors import CtxpressError, ErrorCode, RequestError
 from ctxpress_core.features import resolve as resolve_features

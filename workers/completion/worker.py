@@ -19,8 +19,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from prometheus_client import start_http_server
 
-from context.packing.tokens import exact_counter, memoized
-from context.sources.retrieval import Retriever
+from context import Retriever, exact_counter, memoized
 from ctxpress_core import nats_connect
 from ctxpress_core.identity import (
     service_connect_options,
