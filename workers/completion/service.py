@@ -16,7 +16,6 @@ from collections.abc import Callable
 from context import ContextLibrary, Prepared, Prompt, Retriever, file_tokens, memo_sizes
 from ctxpress_core import inference
 from ctxpress_core.errors import CtxpressError, ErrorCode, RequestError
-from ctxpress_core.features import resolve as resolve_features
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import CompletionRequest, CompletionResponse, ErrorBody, ErrorResponse, Timings, content_hash
 from serving.engine_api import CompletionEngine, CompletionResult, EngineRequest, complete
@@ -220,7 +219,7 @@ class CompletionService:
                     built.layout.text, request.max_tokens, stop_words=STOP_WORDS, cache_key=built.cache_key,
                     speculation=built.speculation, request_id=uuid.uuid4().hex, deadline_ms=int(left_s * 1000),
                     template_markers=built.layout.markers, cache_salt=built.cache_salt),
-                    settled=settled if resolve_features(request.features)["early_stop"] else None,
+                    settled=settled if built.prepared.features.get("early_stop", False) else None,
                     max_decode_ms=request.max_decode_ms)
         except CtxpressError:
             raise

@@ -97,6 +97,15 @@ async def test_without_early_stop_the_engine_runs_to_its_limit() -> None:
     assert engine.cancelled == []
 
 
+async def test_a_baseline_request_gets_no_early_stop_whatever_it_asks() -> None:
+    # the features are optimized mode's: the baseline is the plain path it is measured against
+    engine = ScriptedEngine("a + b\n\n\ndef sub(a, b):\n    return a - b\n" + "x = 1\n" * 40)
+    reply = json.loads(await _service(engine).handle(
+        _request(max_tokens=64, mode="baseline", features={"early_stop": True}), time.perf_counter()))
+    assert reply["completion"] == "a + b" and reply["finish_reason"] == "length"
+    assert engine.cancelled == []
+
+
 async def test_past_max_decode_ms_the_completion_ends_at_the_next_line_end() -> None:
     answer = "".join(f"a{i} = {i}\n    " for i in range(40))
     engine = ScriptedEngine(answer, step_s=0.01)
