@@ -20,7 +20,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CTXPRESS_", extra="ignore")
 
     home: Path = Field(default=Path("~/.local/state/ctxpress"), description="all embedded state lives here")
-    bind_host: str = "127.0.0.1"
+    bind_host: str = "127.0.0.1"  # where the embedded parts listen unless their own host setting says otherwise
     # Team mode (ctxpress/team.py, docs/security.md): NATS users and repository grants. Also on, whatever this
     # says, when NATS is reachable from other hosts (a non-loopback nats_url or bind_host).
     team: bool = False
@@ -32,8 +32,8 @@ class Settings(BaseSettings):
     nats_credentials: Path | None = None
     # Team mode with an external NATS: the index worker's own (the indexer user); unset, it uses nats_credentials.
     nats_indexer_credentials: Path | None = None
-    nats_port: int = 4222
-    nats_monitor_port: int = 8222
+    nats_port: int = 4222  # the embedded NATS client port
+    nats_monitor_port: int = 8222  # the embedded NATS monitoring (HTTP) port
     # Where the embedded NATS listens (default: bind_host). A team appliance puts NATS alone on the network
     # (e.g. 0.0.0.0) and keeps PostgreSQL, Triton and the metrics endpoints on loopback.
     nats_bind_host: str | None = None
@@ -46,11 +46,11 @@ class Settings(BaseSettings):
     nats_tls_ca: Path | None = None
 
     # PostgreSQL
-    database_url: str | None = None
+    database_url: str | None = None  # an external PostgreSQL; unset: the embedded one
     # The URL in a file (a container's mounted secret: each service its own PostgreSQL role, `ctxpress db roles`);
     # read when ``database_url`` is not set.
     database_url_file: Path | None = None
-    postgres_port: int = 5433
+    postgres_port: int = 5433  # the embedded PostgreSQL
 
     # Triton
     triton_url: str | None = None  # gRPC "host:port" of an external Triton
@@ -64,8 +64,8 @@ class Settings(BaseSettings):
     triton_timeout_s: float = 120.0  # a cold 2,048-token prompt takes ~30 s on 2 CPU cores
 
     # The CPU engine served by the embedded Triton
-    model_path: Path | None = None
-    draft_model_path: Path | None = None
+    model_path: Path | None = None  # a GGUF; unset: the packaged model
+    draft_model_path: Path | None = None  # a GGUF for draft speculation; unset: see draft_model
     model_name: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"  # with model_path set: its file name, unless given
     n_ctx: int = 4096  # per sequence: the longest prompt + completion of one file
     n_threads: int = 0  # 0: adaptive (serving.engine.host_load); N: always N
@@ -88,7 +88,7 @@ class Settings(BaseSettings):
     draft_model: str = "packaged"
 
     # Completion worker
-    completion_subject: str = SUBJECT_COMPLETE
+    completion_subject: str = SUBJECT_COMPLETE  # the NATS subject of completion requests
     completion_queue: str = "ctxpress-completion"
     feedback_subject: str = SUBJECT_FEEDBACK
     # Sharded deployments: this worker serves `<completion_subject>.<shard>` behind `ctxpress gateway`.
