@@ -45,8 +45,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def throughput(settings: Settings, sources: list[Path], min_files: int) -> dict[str, object]:
-    from indexer.embeddings import TritonEmbedder
     from indexer.pipeline import Indexer
+    from serving.triton_client import TritonEmbedder
 
     workdir = Path(tempfile.mkdtemp(prefix="ctxpress-bench-"))
     repo = workdir / "repo"

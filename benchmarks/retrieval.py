@@ -18,7 +18,7 @@ from context.sources.retrieval import Retriever
 from ctxpress.evaluation.cases import cut_out, read_cases
 from ctxpress.evaluation.progress import Progress
 from ctxpress_core.settings import get_settings
-from indexer.embeddings import AsyncTritonEmbedder
+from serving.triton_client import AsyncTritonEmbedder
 
 
 async def run(cases_path: Path, repository: str) -> dict[str, float]:

@@ -61,9 +61,9 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy.exc import OperationalError
 
     from ctxpress_core.errors import EmbeddingError
-    from indexer.embeddings import TritonEmbedder
     from indexer.pipeline import Indexer
     from indexer.walk import WalkError, index_root
+    from serving.triton_client import TritonEmbedder
 
     try:
         root = index_root(args.repo)

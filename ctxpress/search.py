@@ -26,7 +26,7 @@ def search(settings: Settings, repositories: list[str], query: str, k: int = 10)
     from db.chunk_search import search_chunks
     from db.session import engine_for
     from indexer.chunks import identifier_words
-    from indexer.embeddings import TritonEmbedder
+    from serving.triton_client import TritonEmbedder
 
     query = query.strip()
     if not query:

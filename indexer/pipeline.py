@@ -31,7 +31,7 @@ from db import chunks as store
 from db.scope import SHARED
 from db.session import engine_for
 from indexer.chunks import Chunk, ChunkingError, FileChunks, chunk_file
-from indexer.embeddings import TritonEmbedder
+from indexer.embedder import Embedder
 from indexer.filters import DEFAULT_MAX_FILE_BYTES
 from indexer.secret_scan import TooLargeToScan, drop_secret_chunks
 from indexer.walk import (
@@ -126,7 +126,7 @@ def _removals(latest: dict[str, FileChange], known: dict[str, store.FileRow],
 
 
 class Indexer:
-    def __init__(self, database_url: str, embedder: TritonEmbedder,
+    def __init__(self, database_url: str, embedder: Embedder,
                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
         self.database_url = database_url
         self.embedder = embedder

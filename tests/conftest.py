@@ -18,8 +18,8 @@ import pytest
 
 from ctxpress.topology import free_ports
 from ctxpress_core.settings import Settings
-from indexer.embeddings import TritonEmbedder
 from serving.tokenizer import Tokenizer
+from serving.triton_client import TritonEmbedder
 
 # Each test's kinds (services, model, editors, scripted), `pytest --pure` and `--shard` (make check): a plugin,
 # imported here first for `needs` (registered for rewriting, as pytest would have, so it does not warn).

@@ -41,7 +41,6 @@ from ctxpress_core.wire.v1 import (
 )
 from db.scope import SHARED
 from db.session import refuses_values
-from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer, IndexSummary
 from indexer.stream import (
     dead_letter_subject,
@@ -51,6 +50,7 @@ from indexer.stream import (
     retry_delay_s,
     users_at_quota,
 )
+from serving.triton_client import TritonEmbedder
 from workers import replies
 from workers.grants import Grants
 from workers.process import run_service

@@ -41,7 +41,7 @@ from db.chunk_search import SearchHit, search_chunks
 from db.coarse_files import CoarseFiles, coarse_files
 from db.session import engine_for
 from indexer.chunks import identifier_words, import_targets, module_keys
-from indexer.embeddings import AsyncTritonEmbedder
+from serving.triton_client import AsyncTritonEmbedder
 from syntax.grammars import detect_language, is_supported
 from syntax.symbols.model import FileSymbols
 from syntax.symbols.references import line_references, references_in_range

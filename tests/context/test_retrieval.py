@@ -19,8 +19,8 @@ from context.sources.retrieval import (
     plan_query,
     render_retrieved,
 )
-from indexer.embeddings import AsyncTritonEmbedder, TritonEmbedder
 from indexer.pipeline import Indexer
+from serving.triton_client import AsyncTritonEmbedder, TritonEmbedder
 from tests.indexer.index_repo import FILES, make_repo
 
 CHECKOUT = '''from shop.models import Order

@@ -16,8 +16,8 @@ from db.models import CodeChunk, IndexedFile, Repository
 from db.scope import ScopeError
 from db.session import engine_for
 from indexer.chunks import identifier_words
-from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import FileChange, Indexer
+from serving.triton_client import TritonEmbedder
 from tests.indexer.index_repo import FILES, git, make_repo
 
 pytestmark = pytest.mark.services

@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 from db.models import CodeChunk, Repository
 from db.session import engine_for
 from indexer.chunks import chunk_file
-from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import Indexer
 from indexer.secret_scan import MAX_SCAN_BYTES, MAX_SCANNED_CHARS, TooLargeToScan, drop_secret_chunks, scan
+from serving.triton_client import TritonEmbedder
 from tests.indexer.index_repo import FILES, make_repo
 
 # Made up here, so no detector can know them as published examples; drawn from a fixed seed so every run

@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 from ctxpress_core.wire.v1 import ChangedPath, IndexEvent
 from db.models import CodeChunk, Repository
 from db.session import engine_for
-from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import Indexer
+from serving.triton_client import TritonEmbedder
 from workers.index_worker import IndexWorker
 
 pytestmark = pytest.mark.services

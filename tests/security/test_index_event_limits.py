@@ -19,9 +19,9 @@ from ctxpress_core.identity import user_subject
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import MAX_INDEX_PATH_BYTES, SUBJECT_INDEX_GIT, ChangedPath, FileSaved
 from db.session import engine_for
-from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import Indexer
 from indexer.stream import dead_letters, ensure_stream
+from serving.triton_client import TritonEmbedder
 from tests.team_services import embedded_postgres, running_nats, team_settings
 from workers.grants import Grants
 from workers.index_worker import IndexWorker

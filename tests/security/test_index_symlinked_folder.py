@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 from db.models import CodeChunk, Repository
 from db.session import engine_for
-from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import Indexer
 from indexer.walk import outside
+from serving.triton_client import TritonEmbedder
 from tests.indexer.index_repo import git
 
 pytestmark = pytest.mark.services

@@ -31,9 +31,9 @@ from ctxpress_core import identity
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import SUBJECT_INDEX_DEAD
 from db.session import engine_for
-from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import Indexer
 from indexer.stream import dead_letter_stream, ensure_stream, next_batch
+from serving.triton_client import TritonEmbedder
 from tests.conftest import free_port
 from tests.team_services import add_developer, embedded_postgres, team_nats, team_settings
 from workers.grants import Grants

@@ -30,9 +30,9 @@ from ctxpress_core.wire.v1 import (
 from db.chunk_search import search_chunks
 from db.models import CodeChunk, IndexedFile, Repository
 from db.session import engine_for
-from indexer.embeddings import TritonEmbedder
 from indexer.pipeline import Indexer
 from indexer.stream import ACK_WAIT_S, dead_letter_stream, dead_letters, next_batch, retry_delay_s
+from serving.triton_client import TritonEmbedder
 from tests.conftest import free_port
 from tests.indexer.index_repo import git, make_repo
 from workers.index_worker import IndexWorker, decode

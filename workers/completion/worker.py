@@ -30,8 +30,7 @@ from ctxpress_core.identity import (
 )
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
-from indexer.embeddings import AsyncTritonEmbedder
-from serving.triton_client import TritonCompletionClient
+from serving.triton_client import AsyncTritonEmbedder, TritonCompletionClient
 from syntax.warm import warm_up
 from workers import metrics, replies
 from workers.completion.fair_gate import within_rate, within_share
