@@ -123,7 +123,6 @@ class CompletionModel:
             log.warning("cannot write %s: %s", self.status_path, exc)
 
 
-
 class CompletionJob:
     """One request: its cost estimated, queued, run on the engine thread (again after each time it gives way,
     with its first ticket), its chunks handed back to the caller's event loop and streamed as responses."""
@@ -209,7 +208,7 @@ class CompletionJob:
             self._finish_abandoned("decode" if decoding else "prompt", started, decoding.figures if decoding else None)
             return
         self.model.abandoned.record_served((time.perf_counter() - started) * 1000)
-        log.info("a request (%s) gave way after %s", self.req.cache_key, str(stepped).removeprefix("gave way after "))
+        log.info("a request (%s) %s", self.req.cache_key, stepped)
         self.submit(stepped)  # queued again with its first arrival, deadline and user
 
     def _finish_abandoned(self, stage: str, started: float, figures: GenerationFigures | None = None) -> None:

@@ -158,8 +158,14 @@ class LatencyFirstScheduler(Generic[T]):
         """Count ``seconds`` of engine time (one run of a request, up to its end or its giving way)."""
         self.share.charge(tenant, seconds)
 
-    def _eligible_cap(self, tags: dict[str | None, float]) -> float:
-        return min(tags.values()) + self.margin_s
+    def _eligibility(self, running: Ticket | None = None,
+                     ran_s: float = 0.0) -> tuple[dict[str | None, float], float]:
+        """Each queued user's tag (and the running request's user's, its run so far counted), and the highest
+        tag that is eligible now."""
+        tags = {e.tenant: self.share.tag(e.tenant) for e in self._fresh}
+        if running is not None:
+            tags[running.tenant] = self.share.tag(running.tenant) + ran_s
+        return tags, min(tags.values()) + self.margin_s
 
     def should_give_way(self, running: Ticket, ran_s: float = 0.0) -> bool:
         """Whether the running request (its ticket; ``ran_s``: engine seconds of this run, not yet
@@ -167,9 +173,7 @@ class LatencyFirstScheduler(Generic[T]):
         own, or one of an eligible user due before it."""
         if not self._fresh:
             return False
-        tags = {e.tenant: self.share.tag(e.tenant) for e in self._fresh}
-        tags[running.tenant] = self.share.tag(running.tenant) + ran_s
-        cap = self._eligible_cap(tags)
+        tags, cap = self._eligibility(running, ran_s)
         if tags[running.tenant] > cap:
             return True
         return any(tags[e.tenant] <= cap and e.deadline < running.deadline for e in self._fresh)
@@ -203,8 +207,7 @@ class LatencyFirstScheduler(Generic[T]):
             if n_urgent or len(self._fresh) >= size or now - oldest >= self.window_s:
                 take = max(size, n_urgent)
                 take = min(take, limit) if limit else take
-                tags = {e.tenant: self.share.tag(e.tenant) for e in self._fresh}
-                cap = self._eligible_cap(tags)
+                tags, cap = self._eligibility()
                 # the least served users first, then urgent ones, each by deadline
                 chosen = sorted(self._fresh, key=lambda e: (tags[e.tenant] > cap, not urgent(e), e.deadline))[:take]
                 for e in chosen:
