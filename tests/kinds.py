@@ -46,7 +46,7 @@ def needs(*kinds: str) -> Callable[[F], F]:
 
 
 # What ``--pure`` leaves out: a test of any of these kinds needs something `make check` does not start.
-NEEDS_SOMETHING = ("services", "model", "editors", "faults")
+NEEDS_SOMETHING = ("services", "model", "editors", "faults", "quiet")
 SCRIPTED_ENGINE = "serving.scripted_engine"
 
 E2E_DIR = Path(__file__).parent / "e2e"

@@ -47,6 +47,7 @@ def _measured(nice: int | None) -> float:
         load.stop()
 
 
+@pytest.mark.quiet
 def test_a_process_spinning_at_normal_priority_takes_a_core_and_a_niced_one_none() -> None:
     # what the rest of the host runs meanwhile (another test run, a build) is measured too: each spinner is
     # judged by what it adds to the host without it
