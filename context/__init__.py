@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # for the type checker; at run time ``__getattr__`` below loa
     from context.build import ContextLibrary, FileView, Prompt
     from context.packing.tokens import exact_counter, file_tokens, memo_sizes, memoized
     from context.prepare import Prepared
-    from context.prompt import cache_key, prewarm_head
+    from context.prompt import cache_key
     from context.sources.retrieval import Retriever
     from context.sources.window import MAX_LINE_CHARS, longest_line
     from context.warm import warm_file
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # for the type checker; at run time ``__getattr__`` below loa
 # What the workers use, and all they may import (the import-linter contract in pyproject.toml).
 __all__ = [
     "MAX_LINE_CHARS", "ContextLibrary", "FileView", "Prepared", "Prompt", "Retriever", "cache_key", "exact_counter",
-    "file_tokens", "longest_line", "memo_sizes", "memoized", "prewarm_head", "warm_file",
+    "file_tokens", "longest_line", "memo_sizes", "memoized", "warm_file",
 ]
 
 # Each name's module. Loaded on first use, so that importing one small module of the library (ctxpress explain, the
@@ -31,7 +31,7 @@ _PUBLIC = {
     "exact_counter": "context.packing.tokens", "file_tokens": "context.packing.tokens",
     "memo_sizes": "context.packing.tokens", "memoized": "context.packing.tokens",
     "Prepared": "context.prepare",
-    "cache_key": "context.prompt", "prewarm_head": "context.prompt",
+    "cache_key": "context.prompt",
     "Retriever": "context.sources.retrieval",
     "MAX_LINE_CHARS": "context.sources.window", "longest_line": "context.sources.window",
     "warm_file": "context.warm",

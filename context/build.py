@@ -78,3 +78,16 @@ class ContextLibrary:
         return Prompt(prompt.fim_layout(prepared), prepared,
                       prompt.cache_key(self.model_name, request, prepared.features, view.account or view.owner),
                       prompt.speculation(request, prepared.features), self.cache_salt(view.account or view.owner))
+
+    async def build_smaller(self, request: CompletionRequest, view: FileView, retriever: Retriever | None,
+                            budget_tokens: int) -> Prompt:
+        """The prompt of ``request`` within ``budget_tokens`` (a plan smaller than its budget), leaving the file's
+        session as the full prompt's build left it: the full prompt is the one filled in behind the answer, and the
+        next keystroke's full prompt keeps its steady excerpts and held chunks."""
+        session = self.sessions.get(request.repository, request.path, view.owner)
+        state = session.state()
+        try:
+            return await self.build_prompt(request.model_copy(update={"budget_tokens": budget_tokens}), view,
+                                           retriever)
+        finally:
+            session.restore(state)

@@ -1,5 +1,5 @@
 """The prompt of a prepared context: its fill-in-the-middle layout (where the middle opens), the key of
-the engine's KV pool it goes to, its speculation mode, and the head of it that ``file_opened`` pre-warms."""
+the engine's KV pool it goes to and its speculation mode."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from context.prepare import Prepared
 from ctxpress_core.wire.v1 import CompletionRequest
-from serving.fim import FIM_PREFIX, fim_markers, fim_prompt
+from serving.fim import fim_markers, fim_prompt
 
 
 @dataclass(frozen=True)
@@ -21,14 +21,6 @@ class Layout:
 def fim_layout(prepared: Prepared) -> Layout:
     """The prompt sent for a prepared context: prefix-suffix-middle (serving.fim.fim_prompt)."""
     return Layout(fim_prompt(prepared.prefix, prepared.suffix), fim_markers(prepared.prefix, prepared.suffix))
-
-
-def prewarm_head(prepared: Prepared) -> Layout | None:
-    """The head of the prompt the next request on this file will start with: its stable part (None: none)."""
-    stable = prepared.prefix[:prepared.stable_chars]
-    if not stable:
-        return None
-    return Layout(FIM_PREFIX + stable, (0,))
 
 
 def cache_key(model_name: str, request: CompletionRequest, features: dict[str, bool],

@@ -67,6 +67,15 @@ class FileSession:
         with self._lock:
             self._chunks = chunks
 
+    def state(self) -> tuple[Held | None, HeldChunks | None]:
+        """What the next keystroke's prompt is built from (``restore`` puts it back)."""
+        with self._lock:
+            return self.steady, self._chunks
+
+    def restore(self, state: tuple[Held | None, HeldChunks | None]) -> None:
+        with self._lock:
+            self.steady, self._chunks = state
+
     @property
     def holds_chunks(self) -> bool:
         return self._chunks is not None

@@ -77,4 +77,7 @@ register("follow_up", "when a suggestion is answered, the one after it (as if it
          "while nothing else waits on the engine, and answers the request an editor sends after a Tab", default=False)
 register("early_stop", "the engine stops once the text the editor gets can no longer change (a mid-line cursor's "
          "line ended, the code after the cursor re-typed, the block left); off: it runs to max_tokens")
-register("prewarm", "on file_opened, process the stable part of the file's prompt in the background")
+register("prewarm", "on file_opened with a cursor (an editor's cursor at rest), the prompt for that place is "
+         "assembled and processed in the engine in the background, at the lowest priority")
+register("plan", "a prompt planned to the latency target (CTXPRESS_LATENCY_TARGET_MS) at the engine's measured speed, "
+         "with the full prompt filled in behind the answer (off: always the full budget)")

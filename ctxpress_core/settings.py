@@ -114,6 +114,12 @@ class Settings(BaseSettings):
     # 2,048 so a cold baseline prompt stays within tens of seconds on a 2-core CPU engine.
     baseline_budget_tokens: int = 2048
     context_budget_tokens: int = 1024  # optimized mode: the seed's personal-scale budget
+    # The latency a completion is planned to (feature ``plan``, workers/completion/prompt_plan.py): a prompt whose
+    # uncached part and expected decode would take longer at the engine's measured speed gets a smaller budget, the
+    # full one filled in behind the answer. A GPU's full budget fits it; 0: every request gets its full budget.
+    latency_target_ms: int = Field(default=1500, ge=0)
+    # The smallest budget a plan gives (the cursor's block and its surroundings need about this much).
+    plan_min_tokens: int = Field(default=128, ge=16)
     # Above this much CPU time, optimized context assembly gives up and the baseline window is used.
     assembly_timeout_ms: float = 20.0
     # Where the editor does not say (Tabby's door, `ctxpress lsp`, the evals). A block completion stops where its

@@ -237,7 +237,9 @@ def jump_cursors(path: Path, cfg: BenchConfig) -> list[Case]:
 
 async def _jump(client: CompletionClient, path: Path, cfg: BenchConfig, progress: Progress) -> list[Sample]:
     """A developer reading and editing one long file: open it, then complete in one function after another, with
-    reading time between. Per feature set of ``cfg.jump_layouts`` (the prompt layouts compared), same cursors."""
+    reading time between (and with ``cfg.jump_rest_s``, the cursor said to rest at each place that long before the
+    request: the latency after a click and a second of reading). Per feature set of ``cfg.jump_layouts`` (the
+    prompt layouts compared), same cursors."""
     cases = await asyncio.to_thread(jump_cursors, path, cfg)
     if not cases:
         raise ValueError(f"{path}: no cursor in a function (the jump scenario needs a Python file with functions)")
@@ -247,6 +249,9 @@ async def _jump(client: CompletionClient, path: Path, cfg: BenchConfig, progress
         await _open(client, cases[0], text, features)
         for case in cases:
             cut, _ = cut_out(text, case.line, case.column)
+            if cfg.jump_rest_s > 0:  # the cursor rests there first (a click, then reading), as VS Code tells it
+                await _open(client, case, cut, features)
+                await asyncio.sleep(cfg.jump_rest_s)
             latency, reply = await _send(client, _request(case, cut, "optimized", "jump", cfg.max_tokens, features))
             samples.append(Sample(label, latency, reply, suggestion_matches(reply.get("completion", ""),
                                                                             case.expected)))

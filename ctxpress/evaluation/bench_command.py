@@ -98,7 +98,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     cfg = BenchConfig(settings.effective_nats_url(), settings.completion_subject, modes=modes,
                       requests=args.requests, clients=args.clients, max_seconds=args.max_seconds,
                       typing_pauses=args.typing_pauses, accept_pause_s=args.accept_pause, features=features,
-                      kv_pool_slots=settings.kv_pool_slots, jump_layouts=layouts)
+                      kv_pool_slots=settings.kv_pool_slots, jump_layouts=layouts, jump_rest_s=args.jump_rest_ms / 1000)
     scenarios = args.scenario or list(DEFAULT_SCENARIOS)
     if "host" in scenarios:
         if scenarios != ["host"]:

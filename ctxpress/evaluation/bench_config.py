@@ -29,5 +29,7 @@ class BenchConfig:
     kv_pool_slots: int = 4  # files the engine keeps in memory (the appliance's setting)
     jump_cursors: int = 8  # functions of one file a reader moves between (the jump scenario)
     jump_think_s: float = 2.0  # reading time between two jumps
+    # jump: the editor says where the cursor rests (file_opened with it) this long before the request (0: it does not)
+    jump_rest_s: float = 0.0
     # the prompt layouts the jump scenario compares, (label, features) each; empty: optimized with ``features``
     jump_layouts: Sequence[tuple[str, dict[str, bool] | None]] = ()

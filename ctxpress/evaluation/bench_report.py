@@ -45,6 +45,13 @@ def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[s
     out["processed_tokens_mean"] = statistics.fmean(
         (s.reply["context"].get("prompt_tokens") or 0) - (s.reply["context"].get("cached_tokens") or 0)
         for s in ok) if ok else None
+    # the latency plan (workers/completion/prompt_plan.py): how many prompts were planned smaller, and to what
+    plans = [s.reply["context"].get("plan") for s in ok]
+    planned = [p["budget_tokens"] for p in plans if p]
+    out["planned_share"] = len(planned) / len(ok) if ok else None
+    out["planned_budget_p50"] = percentile(planned, 50) if planned else None
+    out["context_tokens_p50"] = percentile([s.reply["context"].get("context_tokens") or 0 for s in ok], 50) \
+        if ok else None
     proposed = sum(s.reply.get("draft_tokens_proposed") or 0 for s in ok)
     accepted = sum(s.reply.get("draft_tokens_accepted") or 0 for s in ok)
     # share of proposed draft tokens the target accepted; None while no request drafted
@@ -64,7 +71,7 @@ def summarise(samples: Sequence[Sample], seconds: float | None = None) -> dict[s
 def report_lines(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
     keys = ("requests", "errors", "latency_ms_p50", "latency_ms_p95", "latency_ms_mean", "latency_ms_first",
             "throughput_rps", "cache_hit_rate", "restored_tokens_mean", "vs_warm", "prompt_tokens_mean",
-            "processed_tokens_mean", "draft_acceptance",
+            "processed_tokens_mean", "planned_share", "planned_budget_p50", "context_tokens_p50", "draft_acceptance",
             "draft_accepted_per_request", "suggestion_match_rate", "forward_cache_share",
             "forward_cache_within_5ms_share", "client_added_ms_p50", "client_added_ms_p95", "editor_added_ms_p50",
             "editor_added_ms_p95", "editor_over_nats_ms_p50", "bridge_added_ms_p50",

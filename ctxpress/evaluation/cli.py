@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="default: both with --cases, optimized with --benchmark; none: --benchmark with only "
                          "the --peer-server arm (e.g. another model file, by CTXPRESS_MODEL_PATH)")
     ev.add_argument("--features", default="",
-                    help="ablation for optimized: --features=-summaries, --features crop=off,summaries=on")
+                    help="ablation for optimized: --features=-summaries, --features crop=off,summaries=on; the plan to "
+                         "the latency target is off unless named (+plan: the first suggestion at a cold cursor)")
     ev.add_argument("--out", type=Path, help="write one JSON line per request here")
     ev.add_argument("--limit", type=int, help="only the first N cases; with --benchmark a seeded sample of N tasks")
     ev.add_argument("--seed", type=int, default=0, help="--benchmark: the seed of the --limit sample")
@@ -76,6 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     be.add_argument("--jump-layout", action="append", default=[], metavar="LABEL:FEATURES",
                     help="jump: a prompt layout to compare, e.g. today:-steady_excerpts (repeatable; the same cursors "
                          "for each, in the order given)")
+    be.add_argument("--jump-rest-ms", type=int, default=0, metavar="MS",
+                    help="jump: before each request the cursor rests at its place this long (file_opened with the "
+                         "cursor, as the VS Code extension's ctxpress/cursorRest), e.g. 1000; 0: a cold jump")
     be.add_argument("--kernel-paths", default="auto,amx,avx512,avx2",
                     help="kernels: the CPU kernel paths to measure, each in a process of its own (a path the host "
                          "cannot run is reported, not run)")

@@ -24,6 +24,8 @@ from ctxpress_core.wire.v1 import FileOpened, FileSaved
 log = logging.getLogger("ctxpress.lsp")
 
 ACCEPT_COMMAND = "ctxpress.accept"
+# ctxpress's own notification: the editor's cursor rests at a place it was moved to (editors/vscode sends it)
+CURSOR_REST = "ctxpress/cursorRest"
 
 
 def inserts_plain_words(params: types.InitializeParams) -> bool:
@@ -122,6 +124,28 @@ def build_server(settings: Settings) -> CtxpressServer:
         where = ls.location(params.text_document.uri)
         event = FileSaved(repository=where.repository, path=where.path, text=text, saved_at=time.time())
         ls.appliance.publish_soon(ls.subject("file_saved"), event.model_dump_json(exclude_none=True).encode())
+
+    @server.feature(CURSOR_REST)
+    def cursor_rest(ls: CtxpressServer, params: Any) -> None:
+        """The editor's cursor came to rest somewhere it was moved to (a click, a jump, arrow keys; not typing): the
+        appliance prepares the prompt for that place before the first keystroke there (a file_opened with the
+        cursor). Params as a completion's: ``{"textDocument": {"uri"}, "position": {"line", "character"}}``."""
+        try:
+            uri, line, units = params.textDocument.uri, int(params.position.line), int(params.position.character)
+        except (AttributeError, TypeError, ValueError):
+            log.warning("%s without textDocument.uri and position: ignored", CURSOR_REST)
+            return
+        doc = ls.documents.get(uri)
+        if doc is None or ls.too_large(doc) is not None:
+            return
+        try:
+            line, column = doc.wire_position(doc.offset_at(line, units, ls.encoding))
+        except PositionError:
+            return  # out of step with the editor: the next completion says so
+        where = ls.location(uri)
+        event = FileOpened(repository=where.repository, path=where.path, text=doc.text, line=line, column=column,
+                           language=language_from_editor(doc.language_id), features=ls.options.features)
+        ls.appliance.publish_soon(ls.subject("file_opened"), event.model_dump_json(exclude_none=True).encode())
 
     # With options, or pygls does not advertise ``inlineCompletionProvider``: VS Code's language client
     # and Neovim ask only servers that advertise it.

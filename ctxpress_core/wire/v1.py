@@ -203,6 +203,22 @@ class BlockReport(BaseModel):
     reason: str
 
 
+class PlanReport(BaseModel):
+    """Why a request's prompt was smaller than its budget (workers/completion/prompt_plan.py): the full prompt's
+    uncached part and expected decode did not fit the latency target at the engine's measured speed. The full
+    prompt is filled in behind the answer, so the next request there gets it."""
+
+    budget_tokens: int  # the planned budget
+    full_budget_tokens: int
+    target_ms: int  # the latency target, or the request's time left if sooner
+    full_expected_ms: int  # what the full prompt would have taken, as planned
+    cached_tokens: int  # of the full prompt, held by the engine already
+    reason: str
+    prompt_ms_per_token: float  # the engine's measured costs the plan was made with
+    decode_ms_per_token: float
+    completion_tokens: float
+
+
 class ContextReport(BaseModel):
     # "window" (baseline); optimized: "whole-file" (the file fits the budget), "ast" (cropped) or
     # "window-fallback" (degraded)
@@ -227,6 +243,7 @@ class ContextReport(BaseModel):
     retrieval: dict[str, object] | None = None  # cross-file retrieval: timing, threshold, or why skipped
     # answered from the follow-up computed when the previous suggestion was answered (feature follow_up)
     precomputed: bool = False
+    plan: PlanReport | None = None  # the prompt was planned smaller than its budget (None: the full budget)
 
 
 class CompletionResponse(BaseModel):

@@ -1,9 +1,9 @@
-"""The prompt's layout: prefix-suffix-middle, and the head of it that file_opened pre-warms."""
+"""The prompt's layout: prefix-suffix-middle."""
 
 from __future__ import annotations
 
 from context.prepare import Prepared
-from context.prompt import fim_layout, prewarm_head
+from context.prompt import fim_layout
 from ctxpress_core.features import resolve
 from ctxpress_core.wire.v1 import ContextReport
 from serving.fim import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
@@ -22,10 +22,3 @@ def test_the_prompt_is_prefix_suffix_middle_with_its_markers_where_the_template_
     assert layout.text == f"{FIM_PREFIX}{EXCERPTS}{BLOCK}{FIM_SUFFIX}\n{FIM_MIDDLE}"
     assert [layout.text[at:at + len(m)] for at, m in zip(layout.markers, (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE),
                                                            strict=True)] == [FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE]
-
-
-def test_the_prewarmed_head_is_the_stable_part_and_nothing_when_there_is_none() -> None:
-    head = prewarm_head(_prepared())
-    assert head is not None and head.text == FIM_PREFIX + EXCERPTS and head.markers == (0,)
-    assert fim_layout(_prepared()).text.startswith(head.text)
-    assert prewarm_head(_prepared(stable_chars=0)) is None

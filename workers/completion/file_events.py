@@ -1,6 +1,7 @@
 """``ctxpress.v1.file_opened``: an opened file is stored, its parse tree and symbol table warmed before its first
-completion, then the stable head of its prompt pre-warmed in the engine (max_tokens=0) so that the first
-keystroke finds its KV."""
+completion; and where the editor says where its cursor rests (an opened file, a cursor that stopped after a jump,
+llama.vscode's idle requests with n_predict 0 through the HTTP bridge), the prompt for that place is assembled and
+processed in the engine (max_tokens=0) so that the first keystroke there finds its KV."""
 
 from __future__ import annotations
 
@@ -13,16 +14,14 @@ from concurrent.futures import Executor
 
 from pydantic import ValidationError
 
-from context import MAX_LINE_CHARS, ContextLibrary, cache_key, longest_line, prewarm_head, warm_file
-from ctxpress_core import inference
+from context import MAX_LINE_CHARS, ContextLibrary, Retriever, longest_line, warm_file
 from ctxpress_core.errors import CtxpressError, ErrorCode
 from ctxpress_core.features import resolve as resolve_features
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import CompletionRequest, ErrorBody, ErrorResponse, FileOpened, content_hash
-from serving.engine_api import CompletionEngine, EngineRequest, complete
 from workers import metrics
 from workers.completion.file_store import FileStore
-from workers.completion.prewarms import LatestPerUser
+from workers.completion.fill_behind import FillBehind
 from workers.completion.request import within_size_limit
 from workers.grants import Caller
 
@@ -33,18 +32,17 @@ class FileEvents:
     """The files the completion service (service.py) serves: it shares their store, the context library and the
     background thread with it."""
 
-    def __init__(self, settings: Settings, engine: CompletionEngine, count_tokens: Callable[[str], int],
-                 model_name: str, files: FileStore, library: ContextLibrary,
+    def __init__(self, settings: Settings, count_tokens: Callable[[str], int], files: FileStore,
+                 library: ContextLibrary, retriever: Retriever | None, fill: FillBehind,
                  authorize: Callable[[str | None, str], Awaitable[Caller]], background: Executor) -> None:
         self.settings = settings
-        self.engine = engine
         self.count_tokens = count_tokens
-        self.model_name = model_name
         self.files = files
         self.library = library
+        self.retriever = retriever
+        self.fill = fill  # the pre-warm of a cursor's prompt, one per user with the fills behind answers
         self.authorize = authorize
         self.background = background
-        self.prewarms = LatestPerUser()
 
     async def file_opened(self, data: bytes, user: str | None = None) -> bytes:
         """Warm the parse tree and symbol table of a file before its first completion."""
@@ -70,39 +68,28 @@ class FileEvents:
         except Exception:  # warming is optional: the first completion will parse instead
             log.exception("warming %s failed", event.path)
             return json.dumps({"ok": False, "reason": "warming failed; the first completion parses instead"}).encode()
-        self.prewarms.start(caller.user, self._prewarm_logged(event, caller))  # one per user at a time
+        self._prewarm(event, caller)
         return json.dumps({"ok": True, "warm_ms": warm_ms}).encode()
 
-    async def _prewarm_logged(self, event: FileOpened, caller: Caller) -> None:
-        try:
-            await self._prewarm(event, caller)
-        except Exception as exc:  # optional: the first keystroke pays the prompt instead
-            metrics.DEGRADED.labels("prewarm", type(exc).__name__).inc()
-            log.warning("pre-warming %s failed: %s", event.path, exc)
-
-    async def _prewarm(self, event: FileOpened, caller: Caller) -> None:
-        """The stable part of the file's prompt processed in the engine (max_tokens=0), so that the first
-        keystroke finds its KV; the engine gives way to live requests."""
+    def _prewarm(self, event: FileOpened, caller: Caller) -> None:
+        """The prompt for the cursor, when the editor says where it rests: assembled and processed in the engine
+        (max_tokens=0, fill_behind.py), so that a request there finds its KV; the engine gives way to live
+        requests, and the user's next pre-warm or fill supersedes it."""
         features = resolve_features(event.features)
-        if not (features["prewarm"] and features["prefix_cache"]):
-            return
-        if event.line is None:  # without a cursor there is no prompt to predict
-            return
+        if not (features["prewarm"] and features["prefix_cache"]) or event.line is None:
+            return  # without a cursor there is no prompt to predict
         request = CompletionRequest(repository=event.repository, path=event.path, text=event.text,
                                     line=min(event.line, event.text.count("\n")), column=event.column,
                                     language=event.language, mode="optimized", features=event.features)
-        loop = asyncio.get_running_loop()
-        prepared = await loop.run_in_executor(None, functools.partial(
-            self.library.preparer.prepare, request, event.text, content_hash(event.text), owner=caller.user))
-        # what the next request's prompt will start with
-        head = prewarm_head(prepared)
-        if head is None:
+        self.fill.tasks.start(caller.user, self._prepare_and_fill(request, caller))
+
+    async def _prepare_and_fill(self, request: CompletionRequest, caller: Caller) -> None:
+        assert request.text is not None
+        try:
+            built = await self.library.build_prompt(request, caller.view(request.text, content_hash(request.text)),
+                                                    self.retriever)
+        except Exception as exc:  # optional: the first keystroke pays the prompt instead
+            metrics.DEGRADED.labels("prewarm", type(exc).__name__).inc()
+            log.warning("pre-warming %s failed: %s", request.path, exc)
             return
-        result = await complete(self.engine, EngineRequest(
-            head.text, 0, cache_key=cache_key(self.model_name, request, features, caller.kv_owner),
-            speculation="none", deadline_ms=int(self.settings.triton_timeout_s * 1000), template_markers=head.markers,
-            cache_salt=self.library.cache_salt(caller.kv_owner)))
-        metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))
-        log.info(json.dumps({"event": "prewarm", "path": event.path, "tokens": result.figures.get(
-            inference.CTX_PROMPT_TOKENS), "reused": result.figures.get(inference.CTX_CACHED_TOKENS),
-            "finish": result.finish_reason}))
+        await self.fill.fill(built, "prewarm")

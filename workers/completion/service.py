@@ -17,7 +17,15 @@ from context import ContextLibrary, Prepared, Prompt, Retriever, file_tokens, me
 from ctxpress_core import inference
 from ctxpress_core.errors import CtxpressError, ErrorCode, RequestError
 from ctxpress_core.settings import Settings
-from ctxpress_core.wire.v1 import CompletionRequest, CompletionResponse, ErrorBody, ErrorResponse, Timings, content_hash
+from ctxpress_core.wire.v1 import (
+    CompletionRequest,
+    CompletionResponse,
+    ErrorBody,
+    ErrorResponse,
+    PlanReport,
+    Timings,
+    content_hash,
+)
 from serving.engine_api import CompletionEngine, CompletionResult, EngineRequest, complete
 from serving.fim import STOP_WORDS
 from workers import metrics
@@ -27,9 +35,11 @@ from workers.completion.engine_load import EngineLoad
 from workers.completion.feedback import feedback
 from workers.completion.file_events import FileEvents
 from workers.completion.file_store import FileStore
+from workers.completion.fill_behind import FillBehind
 from workers.completion.follow_up import Asked, FollowUps, accepted
 from workers.completion.observe import Observer, observe_retrieval
 from workers.completion.postprocess import CompletionSettled, clean_completion
+from workers.completion.prompt_plan import PromptPlanner, Sized, calibration_prompt
 from workers.completion.request import parse_request
 from workers.grants import Caller, Grants
 from workers.telemetry import TelemetryWriter
@@ -69,7 +79,9 @@ class CompletionService:
         self.follow_ups = FollowUps()
         self._low_priority = low_priority_executor()  # background.py: what no live request waits for
         self.cancels = Cancels(settings.max_request_bytes)
-        self.file_events = FileEvents(settings, engine, count_tokens, model_name, self.files, self.library,
+        self.planner = PromptPlanner(settings.latency_target_ms, settings.plan_min_tokens)
+        self.fill = FillBehind(engine, self.planner, settings.triton_timeout_s)
+        self.file_events = FileEvents(settings, count_tokens, self.files, self.library, retriever, self.fill,
                                       self._authorize, self._low_priority)
 
     def cache_entries(self) -> dict[str, int]:
@@ -79,6 +91,19 @@ class CompletionService:
                 **self.library.sessions.counts(), "file_token_counts": len(self._file_tokens_cache),
                 "token_memo_entries": memo_entries, "token_memo_chars": memo_chars,
                 **self.cancels.counts(), "follow_ups": len(self.follow_ups)}
+
+    async def measure_engine(self) -> None:
+        """One short prompt through the engine, for the plan's first figures (prompt_plan.py); a failure is logged
+        and the first request measures it instead."""
+        try:
+            result = await complete(self.engine, EngineRequest(
+                calibration_prompt(uuid.uuid4().hex), 4, speculation="none", request_id=uuid.uuid4().hex,
+                deadline_ms=int(self.settings.triton_timeout_s * 1000)))
+        except Exception as exc:
+            log.warning("measuring the engine failed (the first request measures it): %s", exc)
+            return
+        self.planner.speed.observe(result, suggestion=False)
+        log.info(json.dumps({"event": "engine_measured", **self.planner.speed.figures()}))
 
     async def handle(self, data: bytes, received_at: float, user: str | None = None) -> bytes:
         """One request in, one reply out; never raises (a cancelled request answers ``cancelled``).
@@ -128,7 +153,12 @@ class CompletionService:
         """The pipeline: context, admission, inference, reply."""
         started = time.perf_counter()
         self.engine_load.admit(self._time_left(request, received_at), caller.user)  # before the context work, too
-        built = await self.library.build_prompt(request, caller.view(text, digest), self.retriever)
+        view = caller.view(text, digest)
+        built = full = await self.library.build_prompt(request, view, self.retriever)
+        plan = self._plan(request, full, self._time_left(request, received_at), caller.user)
+        if plan is not None:
+            built = await self.library.build_smaller(request, view, self.retriever, plan.budget_tokens)
+            built.prepared.report.plan = plan
         prepared = built.prepared
         observe_retrieval(prepared.report.retrieval)
         context_ms = (time.perf_counter() - started) * 1000
@@ -137,9 +167,23 @@ class CompletionService:
         # Counting the whole file is for the report only: do it while the model works.
         file_tokens = asyncio.get_running_loop().run_in_executor(self._low_priority, self._file_tokens, text, digest)
         result = await self._infer(request, built, left_s, caller.user)
+        self.planner.speed.observe(result)
+        if plan is not None:  # the next request here gets the full prompt at the cost of a warm one
+            self.fill.start(caller.user, full, "fill_behind")
         prepared.report.file_tokens = await file_tokens
         queue_ms = (started - received_at) * 1000
         return self._response(request, request_id, prepared, result, received_at, queue_ms, context_ms)
+
+    def _plan(self, request: CompletionRequest, full: Prompt, left_s: float, user: str | None) -> PlanReport | None:
+        """A smaller budget when the full prompt would not answer within the latency target (prompt_plan.py); only
+        where the request names no budget of its own and its file has a KV sequence of its own to fill in."""
+        if request.budget_tokens is not None or not full.prepared.features.get("plan", False):
+            return None
+        report = full.prepared.report
+        wait_ms = self.engine_load.expected_wait_s(user) * 1000  # under load the plan shrinks rather than refuses
+        return self.planner.plan(full.cache_key, Sized(full.layout.text, report.context_tokens,
+                                                      report.budget_tokens or report.context_tokens),
+                                 request.max_tokens, left_s * 1000 - wait_ms)
 
     async def _held_answer(self, held: asyncio.Task[CompletionResponse], request: CompletionRequest,
                            request_id: str, received_at: float) -> CompletionResponse | None:
@@ -213,6 +257,7 @@ class CompletionService:
         # the engine stops once what the editor gets can no longer change (early_stop)
         settled = CompletionSettled(built.prepared.suffix, prefix=built.prepared.prefix,
                                     language=built.prepared.language)
+        self.planner.sent(built.cache_key, built.layout.text)
         try:
             with self.engine_load.track(user):
                 return await complete(self.engine, EngineRequest(

@@ -15,6 +15,7 @@ import {
   State,
 } from 'vscode-languageclient/node';
 import { buildLaunch, type RawSettings, SETTING_KEYS, type ServerLaunch, sameLaunch } from './config';
+import { CURSOR_REST_NOTIFICATION, REST_MS, RestTimer } from './cursorRest';
 import { STATUS_NOTIFICATION, parseStatus, startingView, statusView, stoppedView, type StatusView } from './status';
 
 const STOP_TIMEOUT_MS = 2000;
@@ -65,6 +66,21 @@ class Controller {
       return Promise.resolve();
     }
     return this.restart('settings changed');
+  }
+
+  /** The cursor rests in `editor` where a click or a jump put it: the server prepares the prompt there. */
+  cursorRested(editor: vscode.TextEditor): void {
+    const client = this.client;
+    if (!client?.isRunning() || editor.document.isClosed) {
+      return;
+    }
+    const converter = client.code2ProtocolConverter;
+    client
+      .sendNotification(CURSOR_REST_NOTIFICATION, {
+        textDocument: converter.asTextDocumentIdentifier(editor.document),
+        position: converter.asPosition(editor.selection.active),
+      })
+      .catch((error: unknown) => this.log.warn(`${CURSOR_REST_NOTIFICATION}: ${errorText(error)}`));
   }
 
   /** Runs `step` after the steps before it; a step that fails is logged, the queue goes on. */
@@ -176,6 +192,7 @@ export function activate(context: vscode.ExtensionContext): void {
   item.command = 'ctxpress.showLog';
   const current = new Controller(log, item);
   controller = current;
+  const rest = new RestTimer<vscode.TextEditor>(REST_MS, (editor) => current.cursorRested(editor));
 
   context.subscriptions.push(
     log,
@@ -187,6 +204,8 @@ export function activate(context: vscode.ExtensionContext): void {
         void current.settingsChanged();
       }
     }),
+    vscode.window.onDidChangeTextEditorSelection((event) => rest.moved(event.kind, event.textEditor)),
+    { dispose: () => rest.cancel() },
   );
   void current.start();
 }

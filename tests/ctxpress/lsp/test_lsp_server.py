@@ -287,6 +287,31 @@ async def test_utf16_columns_with_astral_characters(appliance: Appliance, editor
     await sub.unsubscribe()
 
 
+async def test_a_cursor_at_rest_has_the_appliance_prepare_that_places_prompt(appliance: Appliance, editor: Editor,
+                                                                             repo: Path, nats_client: Any) -> None:
+    """``ctxpress/cursorRest`` (the VS Code extension sends it once a click or a jump has settled): the server
+    tells the appliance the file and the cursor, in the wire's columns, so the prompt there is ready before the
+    first keystroke; a notification it cannot place is ignored and the server keeps serving."""
+    from ctxpress_core.wire.v1 import SUBJECT_FILE_OPENED
+
+    seen, sub = await captured_requests(nats_client, SUBJECT_FILE_OPENED)
+    uri = (repo / "pkg" / "rest.py").as_uri()
+    line = 'NAME = "😋"  # '
+    editor.open(uri, f"x = 1\n{line}\n")
+    utf16 = len(line.encode("utf-16-le")) // 2
+    # one it cannot place first (no position, a document not open): ignored, and the next one is served
+    editor.client.protocol.notify("ctxpress/cursorRest", {"textDocument": {"uri": uri}})
+    editor.client.protocol.notify("ctxpress/cursorRest", {"textDocument": {"uri": uri + ".unknown"},
+                                                          "position": {"line": 0, "character": 0}})
+    editor.client.protocol.notify("ctxpress/cursorRest", {"textDocument": {"uri": uri},
+                                                          "position": {"line": 1, "character": utf16}})
+    await asyncio.sleep(3)  # published without a reply; a second one would show up in this time too
+    rested = [e for e in seen if e.get("line") is not None]
+    assert [(e["path"], e["line"], e["column"]) for e in rested] == [("pkg/rest.py", 1, len(line))]
+    assert rested[0]["text"] == f"x = 1\n{line}\n"
+    await sub.unsubscribe()
+
+
 async def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(
         appliance: Appliance, editor: Editor, repo: Path) -> None:
     uri = (repo / "pkg" / "math_utils.py").as_uri()

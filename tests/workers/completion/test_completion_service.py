@@ -127,9 +127,9 @@ async def test_concurrent_requests_are_all_answered(appliance: Any, nats_client:
 
 async def test_file_opened_with_a_cursor_prewarms_and_the_file_keeps_its_kv(appliance: Any,
                                                                              nats_client: Any) -> None:
-    """The engine keeps each file's prompt KV: after file_opened (with the cursor) the stable part
-    is processed ahead of time, and the next request on that file reuses it; another file's
-    request in between does not evict it (the pool has a slot per file)."""
+    """The engine keeps each file's prompt KV: after file_opened (with the cursor) the prompt for
+    that place is processed ahead of time, and the next request there reuses nearly all of it;
+    another file's request in between does not evict it (the pool has a slot per file)."""
     from ctxpress_core.wire.v1 import SUBJECT_FILE_OPENED
 
     subject = appliance.settings.completion_subject
@@ -139,16 +139,18 @@ async def test_file_opened_with_a_cursor_prewarms_and_the_file_keeps_its_kv(appl
     opened = {"repository": "demo", "path": "pool_a.py", "text": text, "line": line, "column": 8}
     await nats_client.request(SUBJECT_FILE_OPENED, json.dumps(opened).encode(), timeout=30)
     status_file = appliance.settings.run_dir / "engine-status.json"
-    deadline = time.monotonic() + 90
-    warmed = 0
-    while time.monotonic() < deadline and warmed < 100:  # the warm-up runs in the background
+    deadline = time.monotonic() + 300  # the warm-up runs in the background, at the engine's lowest priority
+    warmed, steady_since = 0, time.monotonic()
+    while time.monotonic() < deadline and (warmed < 100 or time.monotonic() - steady_since < 5):
         await asyncio.sleep(0.5)
         try:
             slots = json.loads(status_file.read_text())["kv_slots"]
         except (OSError, ValueError, KeyError):
             continue
-        warmed = max((s["tokens"] for s in slots if (s["key"] or "").endswith(":demo:pool_a.py")), default=0)
-    assert warmed >= 100, "the file's stable prompt was not pre-processed"
+        now = max((s["tokens"] for s in slots if (s["key"] or "").endswith(":demo:pool_a.py")), default=0)
+        if now != warmed:  # until it has stopped growing: the whole prompt processed
+            warmed, steady_since = now, time.monotonic()
+    assert warmed >= 100, "the cursor's prompt was not pre-processed"
     other = valid(path="pool_b.py", mode="optimized")
     assert "error" not in await ask(nats_client, subject, json.dumps(other).encode())  # waits for the warm-up
     request = {"repository": "demo", "path": "pool_a.py", "text": text, "line": line, "column": 8, "max_tokens": 4,
@@ -156,7 +158,7 @@ async def test_file_opened_with_a_cursor_prewarms_and_the_file_keeps_its_kv(appl
     reply = await ask(nats_client, subject, json.dumps(request).encode())
     assert "error" not in reply, reply
     ctx = reply["context"]
-    assert ctx["cached_tokens"] >= ctx["prompt_tokens"] // 2, ctx  # the stable part was there already
+    assert ctx["cached_tokens"] >= ctx["prompt_tokens"] * 0.9, ctx  # the whole prompt was there already
     assert ctx["kv_bytes"] and ctx["kv_bytes"] > 0
     baseline = await ask(nats_client, subject, json.dumps({**request, "mode": "baseline"}).encode())
     assert "error" not in baseline and (baseline["context"]["cached_tokens"] or 0) < ctx["cached_tokens"]

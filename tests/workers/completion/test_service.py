@@ -140,7 +140,51 @@ async def test_a_prewarm_carries_its_users_cache_salt() -> None:
     opened = json.dumps({"repository": "r", "path": "m.py", "text": text, "line": text.count("\n") - 1,
                          "column": 8}).encode()
     assert json.loads(await service.file_opened(opened, user="bob"))["ok"]
-    await asyncio.gather(*service.file_events.prewarms.unfinished())
+    await asyncio.gather(*service.fill.tasks.unfinished())
     await service.handle(_request(max_tokens=4), time.perf_counter(), user="bob")
     prewarm, live = engine.requests
     assert prewarm.max_tokens == 0 and prewarm.cache_salt == live.cache_salt is not None
+
+
+LONG = "".join(f"def helper_{i}(values):\n    total = 0\n    for v in values:\n        total += v * {i}\n"
+               f"    return total\n\n\n" for i in range(120)) + "def main(values):\n    return \n"
+
+
+async def test_a_prompt_too_slow_for_the_target_is_planned_smaller_and_the_full_one_filled_in_behind() -> None:
+    engine = ScriptedEngine("helper_1(values)\n")
+    service = _service(engine)
+    for _ in range(20):  # the engine as a 2-core CPU measures: 10 ms a prompt token, 90 ms a generated one
+        service.planner.speed.prompt_ms_per_token.update(10.0)
+        service.planner.speed.decode_ms_per_token.update(90.0)
+    line = LONG.count("\n") - 1
+    ask = json.dumps({"repository": "r", "path": "long.py", "text": LONG, "line": line, "column": 11,
+                      "max_tokens": 16}).encode()
+    reply = json.loads(await service.handle(ask, time.perf_counter(), user="bob"))
+    plan = reply["context"]["plan"]
+    assert plan is not None and plan["budget_tokens"] < plan["full_budget_tokens"] == 1024, plan
+    assert reply["context"]["budget_tokens"] == plan["budget_tokens"]
+    assert reply["context"]["context_tokens"] <= plan["budget_tokens"] and plan["full_expected_ms"] > 1500
+    await asyncio.gather(*service.fill.tasks.unfinished())
+    answered, filled = engine.requests
+    assert answered.max_tokens == 16 and filled.max_tokens == 0  # filled in at the engine's lowest priority
+    assert filled.cache_key == answered.cache_key and filled.cache_salt == answered.cache_salt
+    assert len(filled.prompt) > 2 * len(answered.prompt)
+    # the next keystroke there finds the full prompt held: it is sent whole
+    again = json.loads(await service.handle(ask, time.perf_counter(), user="bob"))
+    assert again["context"]["plan"] is None and again["context"]["budget_tokens"] == 1024
+    assert engine.requests[-1].prompt == filled.prompt
+
+
+async def test_a_request_with_a_budget_of_its_own_or_the_plan_off_is_never_planned() -> None:
+    engine = ScriptedEngine("x\n")
+    service = _service(engine)
+    for _ in range(20):
+        service.planner.speed.prompt_ms_per_token.update(10.0)
+    line = LONG.count("\n") - 1
+    for extra in ({"budget_tokens": 900}, {"features": {"plan": False}}):
+        ask = json.dumps({"repository": "r", "path": "long.py", "text": LONG, "line": line, "column": 11,
+                          "max_tokens": 4, **extra}).encode()
+        reply = json.loads(await service.handle(ask, time.perf_counter()))
+        assert reply["context"]["plan"] is None and reply["context"]["budget_tokens"] == extra.get("budget_tokens",
+                                                                                                   1024)
+    assert [r.max_tokens for r in engine.requests] == [4, 4]

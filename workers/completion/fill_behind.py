@@ -1,0 +1,49 @@
+"""A prompt processed into the engine's cache with nothing generated (max_tokens=0): the lowest priority there,
+given way to every live request between two chunks. Two callers: the full prompt behind an answer that was planned
+smaller (prompt_plan.py), and the prompt at a cursor an editor says rests there (file_opened with a cursor). One per
+user at a time: a newer one supersedes the older (cancelled in the engine too), so a storm of opened files costs the
+engine one prompt per user, and the place a developer looks at now is the one that gets warm."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+from context import Prompt
+from ctxpress_core import inference
+from serving.engine_api import CompletionEngine, EngineRequest, complete
+from workers import metrics
+from workers.completion.prewarms import LatestPerUser
+from workers.completion.prompt_plan import PromptPlanner
+
+log = logging.getLogger("ctxpress.worker.completion")
+
+
+class FillBehind:
+    def __init__(self, engine: CompletionEngine, planner: PromptPlanner, deadline_s: float) -> None:
+        self.engine = engine
+        self.planner = planner
+        self.deadline_s = deadline_s
+        self.tasks = LatestPerUser()
+
+    def start(self, user: str | None, prompt: Prompt, why: str) -> None:
+        """Fill ``prompt`` in for ``user``'s next request (``why``: "fill_behind" or "prewarm", for the logs)."""
+        self.tasks.start(user, self.fill(prompt, why))
+
+    async def fill(self, prompt: Prompt, why: str) -> None:
+        """Never raises but when cancelled (a failure is logged and counted)."""
+        try:
+            result = await complete(self.engine, EngineRequest(
+                prompt.layout.text, 0, cache_key=prompt.cache_key, speculation="none", request_id=uuid.uuid4().hex,
+                deadline_ms=int(self.deadline_s * 1000), template_markers=prompt.layout.markers,
+                cache_salt=prompt.cache_salt))
+        except Exception as exc:  # optional: the next request pays the prompt instead
+            metrics.DEGRADED.labels(why, type(exc).__name__).inc()
+            log.warning("%s of %s failed: %s", why, prompt.prepared.report.strategy, exc)
+            return
+        self.planner.sent(prompt.cache_key, prompt.layout.text)
+        metrics.PREWARMED_TOKENS.inc(result.figures.get(inference.CTX_PROMPT_TOKENS, 0))
+        log.info(json.dumps({"event": why, "tokens": result.figures.get(inference.CTX_PROMPT_TOKENS),
+                             "reused": result.figures.get(inference.CTX_CACHED_TOKENS),
+                             "finish": result.finish_reason}))
