@@ -227,6 +227,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "model-written notes measured and removed (docs/context.md): their table goes",
         ("DROP TABLE IF EXISTS block_notes",),
     ),
+    Migration(
+        11,
+        "the latency plan's budget, where a prompt was planned smaller than its budget (prompt_plan.py)",
+        ("ALTER TABLE completion_events ADD COLUMN IF NOT EXISTS planned_budget_tokens integer",),
+    ),
 )
 
 

@@ -26,7 +26,9 @@ DRAFT_PROPOSED = Counter("ctxpress_draft_tokens_proposed", "Draft tokens propose
 DRAFT_ACCEPTED = Counter("ctxpress_draft_tokens_accepted", "Draft tokens accepted by the target model")
 CONTEXT_SOURCES = Counter("ctxpress_context_sources", "Context sources used", ["source"])
 FEEDBACK = Counter("ctxpress_feedback", "IDE feedback on completions", ["action"])
-PREWARMED_TOKENS = Counter("ctxpress_prewarmed_tokens", "Prompt tokens processed ahead of time on file_opened")
+PREWARMED_TOKENS = Counter("ctxpress_prewarmed_tokens",
+                           "Prompt tokens processed ahead of time: a cursor's prompt, or the full one behind a plan")
+PLANNED = Counter("ctxpress_planned", "Completions whose prompt was planned smaller than its budget (latency target)")
 FOLLOW_UPS_USED = Counter("ctxpress_follow_ups_used", "Requests answered from the follow-up of the previous answer")
 TELEMETRY_DROPPED = Counter("ctxpress_telemetry_dropped", "Telemetry rows dropped (database down or backlog)")
 CANCELLED = Counter("ctxpress_cancelled", "Completion requests abandoned by their caller (ctxpress.v1.cancel)")

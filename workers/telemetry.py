@@ -33,6 +33,7 @@ EVENT_COLUMNS = (
     "error_code", "strategy", "sources", "features", "file_tokens", "context_tokens", "prompt_tokens",
     "cached_tokens", "completion_tokens", "draft_tokens_proposed", "draft_tokens_accepted", "queue_ms",
     "context_ms", "prompt_ms", "decode_ms", "total_ms", "user_name", "restored_tokens", "restore_ms",
+    "planned_budget_tokens",
 )
 _INSERT_EVENT = text(
     f"INSERT INTO completion_events ({', '.join(EVENT_COLUMNS)}) VALUES "

@@ -29,6 +29,7 @@ import itertools
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -245,9 +246,13 @@ async def _jump(client: CompletionClient, path: Path, cfg: BenchConfig, progress
         raise ValueError(f"{path}: no cursor in a function (the jump scenario needs a Python file with functions)")
     text = await asyncio.to_thread(path.read_text, encoding="utf-8")
     samples: list[Sample] = []
-    for label, features in cfg.jump_layouts or (("optimized", cfg.features),):
-        await _open(client, cases[0], text, features)
-        for case in cases:
+    layouts = cfg.jump_layouts or (("optimized", cfg.features),)
+    for label, features in layouts:
+        # each layout's requests under a repository name of its own: nothing one left in the engine's cache (a
+        # file's KV is keyed by repository and path) serves the next
+        named = [replace(c, repo=f"{c.repo}@{label}") for c in cases] if len(layouts) > 1 else cases
+        await _open(client, named[0], text, features)
+        for case in named:
             cut, _ = cut_out(text, case.line, case.column)
             if cfg.jump_rest_s > 0:  # the cursor rests there first (a click, then reading), as VS Code tells it
                 await _open(client, case, cut, features)

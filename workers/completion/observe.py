@@ -41,6 +41,8 @@ class Observer:
             metrics.STAGE_LATENCY.labels(stage).observe(getattr(t, f"{stage}_ms") / 1000)
         if ctx.degraded:
             metrics.DEGRADED.labels("context", ctx.degraded.split(":")[0]).inc()
+        if ctx.plan:
+            metrics.PLANNED.inc()
         metrics.FILE_TOKENS.inc(ctx.file_tokens)
         metrics.CONTEXT_TOKENS.inc(ctx.context_tokens)
         metrics.PROMPT_TOKENS.inc(ctx.prompt_tokens or 0)
@@ -59,6 +61,8 @@ class Observer:
             "restore_ms": ctx.restore_ms, "completion_tokens": response.completion_tokens,
             "draft_tokens_proposed": response.draft_tokens_proposed,
             "draft_tokens_accepted": response.draft_tokens_accepted, "user_name": user,
+            # a prompt planned smaller than its budget (the latency target, or the work ahead under load)
+            "planned_budget_tokens": ctx.plan.budget_tokens if ctx.plan else None,
             **{f"{stage}_ms": getattr(t, f"{stage}_ms") for stage in _STAGES},
         }
         log.info(json.dumps({"event": "completion", **{k: v for k, v in row.items() if k != "features"}}))
