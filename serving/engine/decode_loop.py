@@ -262,11 +262,7 @@ class DecodeLoop:
         """Greedy acceptance of the draft tokens just decoded after the token at ``pos``: the sequence
         keeps the accepted ones; returns how many, and the target's own token after them."""
         r = self.target
-        accepted = 0
-        for i, d in enumerate(drafts):
-            if r.argmax(i) != d:
-                break
-            accepted += 1
+        accepted = next((i for i, d in enumerate(drafts) if r.argmax(i) != d), len(drafts))
         correction = r.argmax(accepted)
         keep = pos + 1 + accepted
         r.remove(slot.seq_id, keep)
@@ -308,9 +304,7 @@ class DecodeLoop:
         if choice.method == "none" or k <= 0:
             return []
         history = prompt + generated
-        if choice.method == "ngram":
-            return ngram_proposal(history, k)
-        if self.draft is None:
+        if choice.method == "ngram" or self.draft is None:
             return ngram_proposal(history, k)
         try:
             drafts, processed, prompt_ms, token_ms = self.draft.propose(history, k)
