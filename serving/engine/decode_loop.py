@@ -52,7 +52,6 @@ CONTENDED_WINDOW_S = 10.0
 @dataclass
 class EngineStats:
     requests: int = 0
-    draft_failures: int = 0
     speculation_by_method: dict[str, int] = field(default_factory=dict)
     draft_proposed: int = 0
     draft_accepted: int = 0
@@ -81,7 +80,6 @@ class DecodeLoop:
         log.warning("speculation with the draft model is off: %s", reason)
         self.draft = None
         self.draft_disabled_reason = reason
-        self.stats.draft_failures += 1
         if hasattr(self, "policy"):
             self.policy.draft_available = False
 
@@ -269,7 +267,6 @@ class DecodeLoop:
         del slot.tokens[keep:]
         figures.draft_proposed += len(drafts)
         figures.draft_accepted += accepted
-        figures.draft_steps += 1
         self.policy.record_acceptance(choice.method, len(drafts), accepted)
         return accepted, correction
 
