@@ -41,9 +41,9 @@ class Settings(BaseSettings):
     # certificate, its key and the CA that signed it are the operator's when set, otherwise generated under
     # <home>/tls (ctxpress_core/tls.py). With an external NATS, nats_tls_ca is what the workers verify it with.
     nats_tls: bool = True
-    nats_tls_cert: Path | None = None
-    nats_tls_key: Path | None = None
-    nats_tls_ca: Path | None = None
+    nats_tls_cert: Path | None = None  # your own server certificate (PEM); set cert, key and CA together, or none
+    nats_tls_key: Path | None = None  # the server certificate's private key (PEM)
+    nats_tls_ca: Path | None = None  # the CA that signed the server certificate: what clients verify NATS with
 
     # PostgreSQL
     database_url: str | None = None  # an external PostgreSQL; unset: the embedded one
@@ -54,13 +54,13 @@ class Settings(BaseSettings):
 
     # Triton
     triton_url: str | None = None  # gRPC "host:port" of an external Triton
-    triton_http_port: int = 8000
-    triton_grpc_port: int = 8001
-    triton_metrics_port: int = 8002
+    triton_http_port: int = 8000  # the embedded Triton's HTTP port (readiness checks); move it if 8000 is taken
+    triton_grpc_port: int = 8001  # the embedded Triton's gRPC port, where the workers send requests
+    triton_metrics_port: int = 8002  # the embedded Triton's Prometheus /metrics port
     # Where the embedded Triton serves HTTP and gRPC, and where it and the completion worker serve Prometheus
     # /metrics. None of them asks for a password, so they stay on loopback whatever bind_host says.
     triton_bind_host: str = "127.0.0.1"
-    metrics_bind_host: str = "127.0.0.1"
+    metrics_bind_host: str = "127.0.0.1"  # where Triton's and the completion worker's /metrics listen
     triton_timeout_s: float = 120.0  # a cold 2,048-token prompt takes ~30 s on 2 CPU cores
 
     # The CPU engine served by the embedded Triton
@@ -81,19 +81,21 @@ class Settings(BaseSettings):
     cache_salt_secret: SecretStr | None = None
     # Default speculative decoding: "auto" (a policy over measured figures), "none", "ngram", "draft".
     speculation: str = "auto"
-    # Latency-first admission to the engine (5 ms window, urgent first, earliest deadline first, a prompt
-    # giving way to a request due before it, warm-ups last); off: arrival order.
+    # Latency-first admission to the engine (serving/engine/scheduler.py): engine time shared between users by fair
+    # queuing, then a 5 ms window, urgent first, earliest deadline first, a running request giving way between prompt
+    # chunks and decode steps to the one the scheduler would choose over it, warm-ups last; off: arrival order.
     batching: bool = True
     # The 0.5B draft model: on by default when its package is installed; "off" disables it.
     draft_model: str = "packaged"
 
     # Completion worker
     completion_subject: str = SUBJECT_COMPLETE  # the NATS subject of completion requests
+    # The NATS queue group of the completion workers: workers in one group share the requests, each answered once.
     completion_queue: str = "ctxpress-completion"
-    feedback_subject: str = SUBJECT_FEEDBACK
+    feedback_subject: str = SUBJECT_FEEDBACK  # the NATS subject of feedback (shown, accepted, dismissed)
     # Sharded deployments: this worker serves `<completion_subject>.<shard>` behind `ctxpress gateway`.
     shard: int | None = None
-    shards: int = 1
+    shards: int = 1  # how many shards `ctxpress gateway` routes requests across (by repository and path)
     worker_metrics_port: int = 9400  # Prometheus /metrics of the completion worker; 0 = off
     # 1 MiB: twice the largest file the index takes; every pass over a request's text (parsing,
     # tokenizing) costs in proportion to it
@@ -104,8 +106,8 @@ class Settings(BaseSettings):
     # Past them a request is answered ``rate_limited`` with ``retry_after_ms``; feedback has twice the rate and burst
     # (shown, then accepted or dismissed: two per suggestion). 0 in flight or 0 per second: no limit of that kind.
     user_max_inflight: int = Field(default=4, ge=0)
-    user_requests_per_s: float = Field(default=20.0, ge=0)
-    user_request_burst: int = Field(default=40, ge=1)
+    user_requests_per_s: float = Field(default=20.0, ge=0)  # the token bucket's rate: requests per second per user
+    user_request_burst: int = Field(default=40, ge=1)  # the token bucket's size: requests a user may send at once
     # Telemetry rows one user may hold in the worker's backlog (of its 20,000): a user's feedback spam drops
     # their own rows, never another user's.
     telemetry_user_backlog: int = Field(default=5_000, ge=1)
@@ -139,56 +141,56 @@ class Settings(BaseSettings):
     # A bearer token every request must carry once set (required in team mode and off loopback); the file
     # form keeps it out of the environment of every process.
     http_token: SecretStr | None = None
-    http_token_file: Path | None = None
+    http_token_file: Path | None = None  # a file holding the bearer token, read when http_token is unset
     # Where a plugin that sends no file path (llama.vscode, llama.vim, Continue) is said to be editing;
     # the X-Ctxpress-Repository, X-Ctxpress-Path and X-Ctxpress-Language headers override them per request.
     http_repository: str = "editor"
-    http_path: str = "untitled"
+    http_path: str = "untitled"  # the file path given to requests that name none
     http_language: str | None = None  # default: from the path's suffix
 
     # Repository index (embedder served by Triton, chunks in PostgreSQL, events through JetStream)
     embedding_model_path: Path | None = None  # an ONNX sentence embedder; default: packaged all-MiniLM-L6-v2 int8
     embedding_threads: int = 1  # onnxruntime threads: the completion engine needs the other cores
-    index_max_file_bytes: int = 512 * 1024
-    index_stream: str = "CTXPRESS_INDEX"
+    index_max_file_bytes: int = 512 * 1024  # larger files are not indexed (mostly generated code or data)
+    index_stream: str = "CTXPRESS_INDEX"  # the JetStream stream of index events (saves, commits)
     # Copies JetStream keeps of the index stream and its consumer: 3 on a three-node NATS cluster, so that losing
     # one node loses no event; 1 on the embedded single server.
     index_stream_replicas: int = Field(default=1, ge=1, le=5)
-    index_consumer: str = "ctxpress-indexer"
-    index_status_subject: str = "ctxpress.v1.index.status"
+    index_consumer: str = "ctxpress-indexer"  # the durable consumer the index worker reads the stream with
+    index_status_subject: str = "ctxpress.v1.index.status"  # where the index worker answers status requests
     # An event the index worker cannot apply (database or embedder down) comes back after a delay doubling from
     # base to max; after max_deliver tries (about 1.5 h with the defaults) it goes to the dead-letter stream
     # (``<index_stream>_DEAD``, kept 30 days), which ``ctxpress status`` reports, instead of being dropped.
     index_retry_base_s: float = Field(default=2.0, gt=0)
-    index_retry_max_s: float = Field(default=600.0, gt=0)
-    index_max_deliver: int = Field(default=20, ge=2, le=1000)
+    index_retry_max_s: float = Field(default=600.0, gt=0)  # the longest delay between two tries of one event
+    index_max_deliver: int = Field(default=20, ge=2, le=1000)  # tries of one event before it is dead-lettered
     # Team mode: pending events each user may hold in the index stream per kind (saves, commits): past it JetStream
     # refuses that user's next one (an error ack to the publisher) rather than evicting anyone's; ``ctxpress status``
     # says so. Room for a rebase's commits published while the worker is busy.
     index_user_max_events: int = Field(default=64, ge=1, le=100_000)
     retrieval_timeout_ms: float = 30.0  # past this the database is skipped for the request
-    retrieval_top_k: int = 6
+    retrieval_top_k: int = 6  # at most this many retrieved chunks are offered to the context per request
     retrieval_min_similarity: float = 0.30  # cosine; adapted per request (see context/sources/retrieval.py)
 
     # Supervisor (ctxpress/parts/supervisor.py): restarts an embedded part whose process is gone, after a backoff
     # doubling from initial to max that starts over once the part has stayed up reset_s.
     supervisor_interval_s: float = 1.0
-    supervisor_backoff_initial_s: float = 1.0
-    supervisor_backoff_max_s: float = 30.0
-    supervisor_backoff_reset_s: float = 60.0
+    supervisor_backoff_initial_s: float = 1.0  # the wait before the first restart of a part
+    supervisor_backoff_max_s: float = 30.0  # the longest wait between restarts of a part that keeps dying
+    supervisor_backoff_reset_s: float = 60.0  # up this long, a part's next restart waits the initial backoff again
     # A worker whose live process fails this many probes in a row over at least hang_s is hung (a frozen
     # event loop) and is killed. Long enough that a worker busy on two loaded cores still gets through.
     supervisor_hang_s: float = 20.0
-    supervisor_hang_checks: int = 5
+    supervisor_hang_checks: int = 5  # failed probes in a row (over at least supervisor_hang_s) that make a hang
 
     # The team console (`ctxpress console`, ctxpress/console/): a web page for the team's lead, started by `ctxpress
     # up` in team mode. Loopback by default; bound beyond it, it serves HTTPS with the team's certificate.
     console_host: str = "127.0.0.1"
     console_port: int = 8090  # 0: `ctxpress up` does not start it
-    console_session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    console_session_hours: float = Field(default=12.0, gt=0, le=24 * 30)  # a sign-in lasts this long, then expires
     # Sign-in attempts that fail for one name from one address within the window before that pair must wait.
     console_login_failures: int = Field(default=5, ge=1)
-    console_login_window_s: float = Field(default=300.0, gt=0)
+    console_login_window_s: float = Field(default=300.0, gt=0)  # the window console_login_failures counts in
 
     @model_validator(mode="after")
     def _model_named_after_its_file(self) -> Settings:

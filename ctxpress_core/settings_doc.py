@@ -7,7 +7,8 @@ A field's description is its ``Field(description=...)`` when it has one; otherwi
 settings.py (a trailing ``# ...``); otherwise the block of comment lines directly above it (no blank line between).
 A comment above a group of fields describes the first of them only. The type is the annotation as written. A
 secret's default (a SecretStr, or a name saying password, token, secret, credentials or database URL) is never
-printed.
+printed. Every field must have a description: the generator refuses to write (or pass ``--check``) while one has
+none.
 """
 
 from __future__ import annotations
@@ -92,8 +93,18 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _source(source: str | None) -> str:
+    return source if source is not None else Path(settings_module.__file__).read_text(encoding="utf-8")
+
+
+def undescribed(source: str | None = None) -> list[str]:
+    """The fields of ``Settings`` with neither a ``Field(description=...)`` nor a comment."""
+    comments = field_comments(_source(source))
+    return [name for name, field in Settings.model_fields.items() if not (field.description or comments.get(name))]
+
+
 def render(source: str | None = None) -> str:
-    source = source if source is not None else Path(settings_module.__file__).read_text(encoding="utf-8")
+    source = _source(source)
     comments = field_comments(source)
     annotations = field_annotations(source)
     lines = [
@@ -119,6 +130,11 @@ def render(source: str | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    missing = undescribed()
+    if missing:
+        print(f"settings without a description (a comment on or above the field): {', '.join(missing)}",
+              file=sys.stderr)
+        return 1
     text = render()
     if "--check" in args:
         current = DOC_PATH.read_text(encoding="utf-8") if DOC_PATH.exists() else ""

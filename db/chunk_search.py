@@ -29,7 +29,6 @@ class SearchHit:
     content: str
     score: float  # fused (RRF) score
     similarity: float | None  # cosine similarity when the vector side found it
-    lexical_rank: float | None
     found_by: list[str] = field(default_factory=list)  # "vector", "lexical"
     imports: list[str] = field(default_factory=list)  # the file's imports
 
@@ -150,7 +149,7 @@ def _hits(session: Session, top: list[int], fused: dict[int, float], similarity:
         hits.append(SearchHit(
             repository=repo_name, path=c.path, symbol=c.symbol, kind=c.kind, language=c.language,
             start_line=c.start_line, end_line=c.end_line, signature=c.signature, content=c.content,
-            score=fused[chunk_id], similarity=similarity.get(chunk_id), lexical_rank=lexical.get(chunk_id),
+            score=fused[chunk_id], similarity=similarity.get(chunk_id),
             found_by=[side for side, ranked in (("vector", similarity), ("lexical", lexical)) if chunk_id in ranked],
             imports=list(imports or []),
         ))

@@ -58,11 +58,6 @@ def admin_password_hash(url: str, name: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def list_admins(url: str) -> list[str]:
-    with engine_for(url).connect() as conn:
-        return [str(n) for (n,) in conn.execute(text("SELECT name FROM console_admins ORDER BY name"))]
-
-
 def create_session(url: str, token_hash: str, admin: str, csrf_token: str, lifetime: timedelta) -> None:
     with engine_for(url).begin() as conn:
         conn.execute(text("DELETE FROM console_sessions WHERE expires_at < now()"))

@@ -90,13 +90,6 @@ def set_password(url: str, name: str, password_hash: str) -> str:
     return str(row[0])
 
 
-def repositories_of(url: str, name: str) -> frozenset[str]:
-    """The repositories ``name`` may use; empty for an unknown (or removed) user."""
-    with engine_for(url).connect() as conn:
-        rows = conn.execute(text("SELECT repository FROM team_grants WHERE user_name = :n"), {"n": name})
-        return frozenset(r for (r,) in rows)
-
-
 def kind_of(url: str, name: str) -> str | None:
     """A user's kind (``developer``, ``hooks``); None for an unknown (or removed) user."""
     with engine_for(url).connect() as conn:

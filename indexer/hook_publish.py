@@ -131,10 +131,6 @@ def diff(old: str | None, new: str) -> tuple[list[dict[str, str | None]], list[s
     return changes, blobs, unnamed
 
 
-def changed(old: str | None, new: str) -> list[dict[str, str | None]]:
-    return diff(old, new)[0]
-
-
 def attach_contents(changes: list[dict[str, str | None]], blobs: list[str | None], max_bytes: int) -> None:
     """Fill in each path's content (its blob at the new commit) with one ``git cat-file --batch`` that is given
     blob ids only: hex, one a line, whatever the file names hold."""
@@ -235,21 +231,21 @@ class TinyNats:
     def max_payload(self) -> int:
         return int(self.info.get("max_payload", 1 << 20))
 
+    def _receive(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise PublishError("connection closed by the server")
+        self.buffer += chunk
+
     def _line(self) -> bytes:
         while b"\r\n" not in self.buffer:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise PublishError("connection closed by the server")
-            self.buffer += chunk
+            self._receive()
         line, _, self.buffer = self.buffer.partition(b"\r\n")
         return line
 
     def _exactly(self, n: int) -> bytes:
         while len(self.buffer) < n + 2:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise PublishError("connection closed by the server")
-            self.buffer += chunk
+            self._receive()
         data, self.buffer = self.buffer[:n], self.buffer[n + 2 :]
         return data
 

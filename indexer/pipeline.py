@@ -284,6 +284,11 @@ class Indexer:
         summary.stage_seconds["write"] = time.perf_counter() - t
 
     def _plan(self, change: FileChange, row: store.FileRow | None, summary: IndexSummary) -> _Planned | None:
+        def skipped(reason: str) -> _Planned:
+            """The path's chunks are removed, with why it is skipped."""
+            summary.skipped.append(Skipped(change.path, reason))
+            return _Planned(change, None, reason)
+
         if _too_long(change.path):  # no row can name it (a walk of the disk finds such paths; events are refused)
             summary.skipped.append(Skipped(change.path, f"a path longer than {MAX_INDEX_PATH_BYTES} bytes"))
             return None
@@ -301,25 +306,18 @@ class Indexer:
         try:
             fc = chunk_file(item.path, item.text, item.language)
         except ChunkingError as exc:
-            summary.skipped.append(Skipped(change.path, str(exc)))
-            return _Planned(change, None, str(exc))
+            return skipped(str(exc))
         except (RecursionError, ValueError, UnicodeError) as exc:
             # one pathological file (e.g. hundreds of nested namespaces) is skipped, not the whole batch:
             # a batch that fails is redelivered, and would fail again for ever
-            reason = f"cannot be chunked: {type(exc).__name__}"
-            summary.skipped.append(Skipped(change.path, reason))
-            return _Planned(change, None, reason)
+            return skipped(f"cannot be chunked: {type(exc).__name__}")
         if any(_too_long(name) for name in (*(c.symbol for c in fc.chunks), *fc.imports, *fc.module_keys)):
             # the database would refuse the whole batch's transaction for it, again at every try
-            reason = f"a name longer than {MAX_INDEX_PATH_BYTES} bytes"
-            summary.skipped.append(Skipped(change.path, reason))
-            return _Planned(change, None, reason)
+            return skipped(f"a name longer than {MAX_INDEX_PATH_BYTES} bytes")
         try:  # a chunk holding a secret is neither embedded nor stored
             fc.chunks, held = drop_secret_chunks(item.path, item.text, fc.chunks)
         except TooLargeToScan as exc:
-            reason = f"cannot be checked for secrets: {exc}"
-            summary.skipped.append(Skipped(change.path, reason))
-            return _Planned(change, None, reason)
+            return skipped(f"cannot be checked for secrets: {exc}")
         summary.secret_chunks.extend(held)
         summary.chunks_total += len(fc.chunks)
         if row is not None and not row.deleted and row.content_hash == fc.content_hash and change.seq is None:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ctxpress_core.errors import CtxpressError
@@ -35,15 +34,6 @@ class SourceFile:
 class Skipped:
     path: str
     reason: str
-
-
-@dataclass
-class WalkResult:
-    files: list[SourceFile] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-
-    def skipped_by_reason(self) -> Counter[str]:
-        return Counter(s.reason.split(":", 1)[0] for s in self.skipped)
 
 
 def _git(root: Path, *args: str, timeout: float = 60) -> bytes:
@@ -167,14 +157,6 @@ def iter_files(root: Path, paths: list[str], max_bytes: int = DEFAULT_MAX_FILE_B
             yield Skipped(path, f"unreadable: {exc.strerror or exc}")
             continue
         yield classify(path, data, max_bytes)
-
-
-def walk(root: str | Path, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> WalkResult:
-    top = index_root(root)
-    result = WalkResult()
-    for item in iter_files(top, list_paths(top), max_bytes):
-        (result.files if isinstance(item, SourceFile) else result.skipped).append(item)
-    return result
 
 
 def head_commit(root: Path) -> str | None:

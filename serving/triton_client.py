@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import grpc
 import numpy as np
@@ -46,39 +47,43 @@ _FIGURE_NAMES = (
 )
 
 
-def _inputs(prompt: str, max_tokens: int, temperature: float, stop_words: Sequence[str],
-            stream: bool, cache_key: str | None = None, speculation: str | None = None,
-            request_id: str | None = None, deadline_ms: int | None = None,
-            template_markers: Sequence[int] | None = None,
-            cache_salt: str | None = None) -> list[grpcclient.InferInput]:
-    def make(name: str, dtype: str, value: np.ndarray) -> grpcclient.InferInput:
-        tensor = grpcclient.InferInput(name, list(value.shape), dtype)
-        tensor.set_data_from_numpy(value)
-        return tensor
+def _tensor(name: str, dtype: str, value: np.ndarray) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, list(value.shape), dtype)
+    tensor.set_data_from_numpy(value)
+    return tensor
 
+
+def _text(value: str) -> np.ndarray:
+    return np.array([[value.encode("utf-8")]], dtype=object)
+
+
+def _inputs(request: EngineRequest) -> list[grpcclient.InferInput]:
+    """The tensors of a streamed request; each optional one only when the request sets it."""
     tensors = [
-        make("text_input", "BYTES", np.array([[prompt.encode("utf-8")]], dtype=object)),
-        make("max_tokens", "INT32", np.array([[max_tokens]], dtype=np.int32)),
-        make("stream", "BOOL", np.array([[stream]], dtype=bool)),
-        make("temperature", "FP32", np.array([[temperature]], dtype=np.float32)),
+        _tensor("text_input", "BYTES", _text(request.prompt)),
+        _tensor("max_tokens", "INT32", np.array([[request.max_tokens]], dtype=np.int32)),
+        _tensor("stream", "BOOL", np.array([[True]], dtype=bool)),
+        _tensor("temperature", "FP32", np.array([[request.temperature]], dtype=np.float32)),
     ]
-    if stop_words:
-        words = np.array([[w.encode("utf-8") for w in stop_words]], dtype=object)
-        tensors.append(make("stop_words", "BYTES", words))
-    if cache_key:
-        tensors.append(make(inference.CTX_CACHE_KEY, "BYTES", np.array([[cache_key.encode("utf-8")]], dtype=object)))
-    if speculation:
-        tensors.append(make(inference.CTX_SPECULATION, "BYTES", np.array([[speculation.encode()]], dtype=object)))
-    if request_id:
-        tensors.append(make(inference.CTX_REQUEST_ID, "BYTES", np.array([[request_id.encode()]], dtype=object)))
-    if deadline_ms is not None:
-        tensors.append(make(inference.CTX_DEADLINE_MS, "INT32", np.array([[max(deadline_ms, 1)]], dtype=np.int32)))
-    if template_markers is not None:
-        tensors.append(make(inference.CTX_TEMPLATE_MARKERS, "INT32",
-                            np.array([list(template_markers) or [-1]], dtype=np.int32)))
-    if cache_salt:
-        tensors.append(make(inference.CTX_CACHE_SALT, "BYTES", np.array([[cache_salt.encode()]], dtype=object)))
+    if request.stop_words:
+        words = np.array([[w.encode("utf-8") for w in request.stop_words]], dtype=object)
+        tensors.append(_tensor("stop_words", "BYTES", words))
+    texts = {inference.CTX_CACHE_KEY: request.cache_key, inference.CTX_SPECULATION: request.speculation,
+             inference.CTX_REQUEST_ID: request.request_id, inference.CTX_CACHE_SALT: request.cache_salt}
+    tensors += [_tensor(name, "BYTES", _text(value)) for name, value in texts.items() if value]
+    if request.deadline_ms is not None:
+        deadline = np.array([[max(request.deadline_ms, 1)]], dtype=np.int32)
+        tensors.append(_tensor(inference.CTX_DEADLINE_MS, "INT32", deadline))
+    if request.template_markers is not None:
+        markers = np.array([list(request.template_markers) or [-1]], dtype=np.int32)
+        tensors.append(_tensor(inference.CTX_TEMPLATE_MARKERS, "INT32", markers))
     return tensors
+
+
+def _first(result: Any, name: str) -> Any:
+    """The first element of output ``name``; None when the result has no such output, or an empty one."""
+    value = result.as_numpy(name)
+    return value.reshape(-1)[0] if value is not None and value.size else None
 
 
 class TritonCompletionClient:
@@ -98,8 +103,8 @@ class TritonCompletionClient:
         """``CompletionEngine.cancel``: through the engine's cancel model."""
         if self.cancel_model_missing:
             return False
-        tensor = grpcclient.InferInput(inference.CTX_REQUEST_ID, [1], "BYTES")  # the model does not batch
-        tensor.set_data_from_numpy(np.array([request_id.encode()], dtype=object))
+        # the model does not batch: a tensor of shape [1]
+        tensor = _tensor(inference.CTX_REQUEST_ID, "BYTES", np.array([request_id.encode()], dtype=object))
         try:
             async with asyncio.timeout(5.0):
                 reply = await self._client.infer(inference.CANCEL_MODEL, [tensor])
@@ -112,16 +117,13 @@ class TritonCompletionClient:
         except Exception as exc:  # unreachable, timed out, or the client closed meanwhile
             log.info("cancel %s not delivered: %s", request_id, exc)
             return False
-        ok = reply.as_numpy("ok")
-        return bool(ok is not None and ok.size and int(ok.reshape(-1)[0]))
+        ok = _first(reply, "ok")
+        return bool(ok is not None and int(ok))
 
     async def stream(self, request: EngineRequest) -> AsyncIterator[Piece]:
         """``CompletionEngine.stream``: Triton's streaming API, which works for decoupled and non-decoupled
         models alike."""
-        inputs = _inputs(request.prompt, request.max_tokens, request.temperature, request.stop_words, stream=True,
-                         cache_key=request.cache_key, speculation=request.speculation,
-                         request_id=request.request_id, deadline_ms=request.deadline_ms,
-                         template_markers=request.template_markers, cache_salt=request.cache_salt)
+        inputs = _inputs(request)
 
         async def requests() -> AsyncIterator[dict[str, object]]:
             yield {"model_name": self.model, "inputs": inputs, "enable_empty_final_response": True}
@@ -134,21 +136,12 @@ class TritonCompletionClient:
                 if response is None:
                     continue
                 text_out = response.as_numpy("text_output")
-                text = ""
-                if text_out is not None and text_out.size:
-                    text = b"".join(
-                        x if isinstance(x, bytes) else str(x).encode() for x in text_out.reshape(-1)
-                    ).decode("utf-8", errors="replace")
-                figures: dict[str, int] = {}
-                for name in _FIGURE_NAMES:
-                    value = response.as_numpy(name)
-                    if value is not None and value.size and int(value.reshape(-1)[0]) >= 0:
-                        figures[name] = int(value.reshape(-1)[0])  # negative: the backend does not know
-                finish_raw = response.as_numpy(inference.CTX_FINISH_REASON)
-                finish = None
-                if finish_raw is not None and finish_raw.size:
-                    item = finish_raw.reshape(-1)[0]
-                    finish = (item.decode() if isinstance(item, bytes) else str(item)) or None  # "": not the end
+                text = b"".join(x if isinstance(x, bytes) else str(x).encode()
+                                for x in (() if text_out is None else text_out.reshape(-1))).decode("utf-8", "replace")
+                figures = {name: int(value) for name in _FIGURE_NAMES  # negative: the backend does not know
+                           if (value := _first(response, name)) is not None and int(value) >= 0}
+                item = _first(response, inference.CTX_FINISH_REASON)  # "": not the end
+                finish = None if item is None else (item.decode() if isinstance(item, bytes) else str(item)) or None
                 yield Piece(text, figures, finish)
                 params = response.get_response(as_json=True).get("parameters", {})
                 if params.get("triton_final_response", {}).get("bool_param"):

@@ -74,10 +74,11 @@ def blank_line_bytes(source: bytes, start: int, end: int, language: str, in_brac
         for at in kept:
             filler[at] = code[at]
     elif python and not in_brackets:
-        if not opened and _indented_below(source, end, indent):
-            # The line opens a block. A declaration keeps its real header (the symbol table needs
-            # it), so does a clause that only follows another (an ``except`` alone is an error);
-            # any other header, whole or half typed, stands in as ``if _:``, which always parses.
+        if not opened and _indent_of_line_below(source, end) > indent:
+            # The next non-blank line is indented deeper: the line opens a block. A declaration keeps
+            # its real header (the symbol table needs it), so does a clause that only follows another
+            # (an ``except`` alone is an error); any other header, whole or half typed, stands in as
+            # ``if _:``, which always parses.
             word = (code.split(None, 1) or [b""])[0].split(b"(", 1)[0].rstrip(b":")
             if word in _PY_KEPT_HEADERS:
                 return source
@@ -173,20 +174,6 @@ def _indent_of_line_below(source: bytes, end: int) -> int:
             return len(following) - len(following.lstrip(b" \t"))
         pos = nxt
     return -1
-
-
-def _indented_below(source: bytes, end: int, indent: int) -> bool:
-    """Is the next non-blank line after byte ``end`` indented deeper than ``indent``? Then the
-    line at ``end`` opens a block, and blanked it would leave an unexpected indent."""
-    pos = source.find(b"\n", end)
-    while pos != -1:
-        nxt = source.find(b"\n", pos + 1)
-        following = source[pos + 1 : nxt if nxt != -1 else len(source)]
-        stripped = following.lstrip(b" \t")
-        if stripped.strip():
-            return len(following) - len(stripped) > indent
-        pos = nxt
-    return False
 
 
 # Python nodes whose lines after the first continue one logical line.

@@ -44,14 +44,10 @@ def _indent_of(parsed: ParsedFile, byte: int) -> str:
     return prefix[: len(prefix) - len(prefix.lstrip())]
 
 
-def _line_of(parsed: ParsedFile, byte: int) -> int:
-    return parsed.line_of(byte)
-
-
 def _start_with_indent(parsed: ParsedFile, byte: int) -> int:
     """Back up to the start of the line when only indentation precedes ``byte`` (keeps the file's
     indentation); a declaration sharing its line with other code starts at itself."""
-    line_start = parsed.line_byte(_line_of(parsed, byte))
+    line_start = parsed.line_byte(parsed.line_of(byte))
     if parsed.source[line_start:byte].strip() == b"":
         return line_start
     return byte
@@ -81,13 +77,13 @@ def header_text(parsed: ParsedFile, sym: Symbol) -> str:
 def header_line_range(parsed: ParsedFile, sym: Symbol) -> tuple[int, int]:
     """Lines holding the signature (decorators included), used when only the head of a huge block
     fits: in Python the body starts on a later line, in brace languages on the signature's last line."""
-    first = _line_of(parsed, sym.decl_start_byte)
+    first = parsed.line_of(sym.decl_start_byte)
     if sym.body_start_byte is None:
         return first, sym.end_line
     if parsed.language == "python":
-        body_line = _line_of(parsed, sym.body_start_byte)
+        body_line = parsed.line_of(sym.body_start_byte)
         return first, max(first, body_line - 1 if body_line > first else first)
-    return first, _line_of(parsed, _brace_header_end(parsed, sym))
+    return first, parsed.line_of(_brace_header_end(parsed, sym))
 
 
 def _doc_lines(parsed: ParsedFile, sym: Symbol, indent: str) -> list[str]:
@@ -194,15 +190,12 @@ def reduce_constant(parsed: ParsedFile, sym: Symbol) -> str:
 
 
 def _assignment_split(text: str) -> int | None:
-    # The first "=" that is not part of "==", "<=", ">=", "!=", "=>" or ":=".
-    for m in re.finditer(r"=", text):
-        i = m.start()
-        before = text[i - 1] if i > 0 else ""
-        after = text[i + 1] if i + 1 < len(text) else ""
-        if before in "=<>!:" or after in "=>":
-            continue
-        return i
-    return None
+    # The first "=" that is not part of "==", "<=", ">=", "!=", "=>" or ":=" (nor the text's first or last character).
+    m = _ASSIGNMENT.search(text)
+    return m.start() if m else None
+
+
+_ASSIGNMENT = re.compile(r"(?<=[^=<>!:])=(?=[^=>])")
 
 
 # A numbered marker as elision_marker writes it, in any language's line comment: a model that copies the prompt's

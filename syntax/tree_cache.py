@@ -119,30 +119,6 @@ class TreeCache:
         start, old_end, new_end = region
         return self._incremental(path, language, base, tree_source, start, old_end, new_end, forget_predecessor=True)
 
-    def apply_edit(
-        self,
-        path: str,
-        language: str,
-        start_byte: int,
-        old_end_byte: int,
-        new_text: str,
-    ) -> ParsedFile:
-        """Apply one explicit replacement (as an IDE change event describes it) to the cached file."""
-        with self._lock:
-            cached = self._entries.get((path, language))
-        if cached is None:
-            raise KeyError(f"{path} is not cached")
-        src = cached.source
-        new_source = src[:start_byte] + new_text.encode("utf-8") + src[old_end_byte:]
-        return self.get(path, new_source.decode("utf-8", "replace"), language)
-
-    def invalidate(self, path: str) -> None:
-        with self._lock:
-            for key in [k for k in self._entries if k[0] == path]:
-                del self._entries[key]
-            for key in [k for k in self._bases if k[0] == path]:
-                del self._bases[key]
-
     def _parse(self, path: str, source: bytes, language: str, cached: ParsedFile | None) -> ParsedFile:
         if cached is None:
             self.full_parses += 1

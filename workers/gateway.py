@@ -92,10 +92,6 @@ def read_head(data: bytes) -> Head:
                 else None)
 
 
-def route(data: bytes, shards: int, exclude: frozenset[int] = frozenset()) -> int:
-    return route_head(read_head(data), shards, exclude)
-
-
 def route_head(head: Head, shards: int, exclude: frozenset[int] = frozenset()) -> int:
     if head.repository is None or head.path is None:
         return min(set(range(shards)) - exclude, default=0)

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -24,6 +25,7 @@ from db.team import grants_of, kind_of
 log = logging.getLogger("ctxpress.worker.grants")
 
 GRANTS_TTL_S = 2.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -59,38 +61,30 @@ class Grants:
         self._cache: dict[str, tuple[float, tuple[frozenset[str], str | None]]] = {}
         self._kinds: dict[str, tuple[float, str | None]] = {}
 
-    async def repositories(self, user: str) -> frozenset[str]:
-        return (await self._grants(user))[0]
-
     async def _grants(self, user: str) -> tuple[frozenset[str], str | None]:
-        now = self.clock()
-        cached = self._cache.get(user)
-        if cached is not None and now - cached[0] < self.ttl_s:
-            return cached[1]
-        loop = asyncio.get_running_loop()
-        try:
-            found = await loop.run_in_executor(None, grants_of, self.database_url, user)
-        except SQLAlchemyError as exc:
-            # The driver's text names the database's host, port, user and what failed there: for the log, not for
-            # whoever sent the request.
-            log.warning("the grants of %r cannot be read: %s", user, str(exc).splitlines()[0])
-            raise GrantsUnavailable("the repository grants cannot be read now; try again later") from None
-        self._cache[user] = (now, found)
-        return found
+        return await self._cached(self._cache, user, grants_of, "grants", "the repository grants")
 
     async def trusted_publisher(self, user: str) -> bool:
         """Whether ``user``'s commit events may write the shared index: a hooks user (``ctxpress users hooks``, a CI
         runner or the canonical server's checkout), never a developer, whose commits nothing ties to a real one."""
+        return await self._cached(self._kinds, user, kind_of, "kind", "the team's users") == USER_KIND_HOOKS
+
+    async def _cached(self, cache: dict[str, tuple[float, T]], user: str, read: Callable[[str, str], T],
+                      what: str, unavailable: str) -> T:
+        """``read(database_url, user)``, kept in ``cache`` for ``ttl_s``."""
         now = self.clock()
-        cached = self._kinds.get(user)
-        if cached is None or now - cached[0] >= self.ttl_s:
-            try:
-                kind = await asyncio.get_running_loop().run_in_executor(None, kind_of, self.database_url, user)
-            except SQLAlchemyError as exc:
-                log.warning("the kind of %r cannot be read: %s", user, str(exc).splitlines()[0])
-                raise GrantsUnavailable("the team's users cannot be read now; try again later") from None
-            cached = self._kinds[user] = (now, kind)
-        return cached[1] == USER_KIND_HOOKS
+        cached = cache.get(user)
+        if cached is not None and now - cached[0] < self.ttl_s:
+            return cached[1]
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(None, read, self.database_url, user)
+        except SQLAlchemyError as exc:
+            # The driver's text names the database's host, port, user and what failed there: for the log, not for
+            # whoever sent the request.
+            log.warning("the %s of %r cannot be read: %s", what, user, str(exc).splitlines()[0])
+            raise GrantsUnavailable(f"{unavailable} cannot be read now; try again later") from None
+        cache[user] = (now, found)
+        return found
 
     async def authorize(self, user: str | None, repository: str) -> Caller:
         """The caller for a request on ``repository``, or ``Forbidden``."""

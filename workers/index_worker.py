@@ -272,9 +272,7 @@ class IndexWorker:
         own subject), so it shapes only their own prompts until a trusted publisher (a hooks user: CI, the
         canonical server) indexes the same content into the shared index. Only a trusted publisher's event sets
         the repository's head (a user's index never does), so ``ctxpress index --changed`` stays right."""
-        if self.grants is None or decoded.user is None:
-            return SHARED
-        if decoded.kind != "save" and decoded.trusted:
+        if self.grants is None or decoded.user is None or (decoded.kind != "save" and decoded.trusted):
             return SHARED
         return decoded.user
 

@@ -14,11 +14,6 @@ from __future__ import annotations
 import hashlib
 import posixpath
 
-from ctxpress_core.wire.v1 import SUBJECT_COMPLETE
-
-GATEWAY_SUBJECT = SUBJECT_COMPLETE
-SHARD_SUBJECT_PREFIX = GATEWAY_SUBJECT + "."
-
 
 def file_key(repository_id: str, file_path: str) -> bytes:
     """Normalise the path so "./a/b.py", "a//b.py" and "a\\b.py" are one file."""
@@ -41,12 +36,3 @@ def shard_for(repository_id: str, file_path: str, shards: int, exclude: frozense
             best, best_weight = shard, weight
     return best
 
-
-def shard_subject(shard: int) -> str:
-    if shard < 0:
-        raise ValueError(f"shard must be >= 0, got {shard}")
-    return f"{SHARD_SUBJECT_PREFIX}{shard}"
-
-
-def subject_for(repository_id: str, file_path: str, shards: int) -> str:
-    return shard_subject(shard_for(repository_id, file_path, shards))

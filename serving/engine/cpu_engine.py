@@ -36,7 +36,7 @@ import numpy as np
 
 from serving.engine.decode_loop import DecodeLoop, EngineStats
 from serving.engine.engine_config import SPECULATION_MODES, EngineConfig
-from serving.engine.generation import GaveWay, GenerationChunk, GenerationFigures
+from serving.engine.generation import GaveWay, GenerationChunk
 from serving.engine.host_load import HostLoad
 from serving.engine.kv_disk import KVDiskTier
 from serving.engine.kv_pool import KVPool
@@ -95,11 +95,6 @@ class LlamaEngine(DecodeLoop):
                 self._disable_draft(f"draft model failed to load: {exc}")
         self.policy = SpeculationPolicy(draft_available=self.draft is not None)
 
-    def disk_writes_done(self) -> None:
-        """Wait until the evicted files queued for the disk tier are written."""
-        if self.disk is not None:
-            self.disk.writes_done()
-
     def save_pool(self) -> int:
         """Keep every file's KV on disk (at shutdown); returns the files written."""
         if self.disk is None:
@@ -111,22 +106,6 @@ class LlamaEngine(DecodeLoop):
 
     def tokenize(self, text: str, markers: Sequence[int] | None = None) -> list[int]:
         return self.target.tokenize(text, markers)
-
-    def top2_margin(self, prompt: str, continuation: Sequence[int]) -> float:
-        """Logit gap between the target's two best next tokens after ``prompt`` + ``continuation``,
-        decoded one token at a time as plain decoding does (how close to a tie greedy was there)."""
-        with self._lock:
-            tokens, cont = self.tokenize(prompt), list(continuation)
-            lease = self.pool.lease("<margin-check>", tokens + cont, room=1)
-            r, slot = self.target, lease.slot
-            keep = min(lease.reused, len(tokens) - 1)
-            r.remove(slot.seq_id, keep)
-            slot.tokens = tokens[:keep]
-            self._decode_into(slot, tokens[keep:], all_logits=False)
-            for tok in cont:
-                self._decode_into(slot, [tok], all_logits=False)
-            best = np.partition(r.logits(-1), -2)[-2:]
-            return float(abs(best[1] - best[0]))
 
     def status(self) -> dict[str, Any]:
         """For `ctxpress status` and the metrics: pool occupancy, speculation, degradations."""
@@ -192,8 +171,3 @@ class LlamaEngine(DecodeLoop):
         another thread while the engine runs (it reads the pool without changing it)."""
         uncached = len(tokens) - self.pool.peek(cache_key, tokens)
         return uncached * self.prompt_ms_per_token.value + max(max_tokens, 0) * self.policy.target_step_ms.value
-
-    def prefill(self, prompt: str, cache_key: str | None) -> GenerationFigures:
-        """Process a prompt into the pool without generating (pre-warming a file's stable part)."""
-        chunks = list(self.generate(prompt, max_tokens=0, cache_key=cache_key, speculation="none"))
-        return chunks[-1].figures

@@ -154,10 +154,6 @@ _lock = threading.Lock()
 _loaded: CpuBackend | None = None
 
 
-def loaded_backend() -> CpuBackend | None:
-    return _loaded
-
-
 def load_cpu_backend(kernels: str | None = None) -> CpuBackend:
     """Load the CPU backend for ``kernels`` (None: ``CTXPRESS_CPU_KERNELS``, else auto) once per process;
     later calls return it, or refuse a different forced path."""

@@ -52,7 +52,6 @@ CONTENDED_WINDOW_S = 10.0
 @dataclass
 class EngineStats:
     requests: int = 0
-    draft_failures: int = 0
     speculation_by_method: dict[str, int] = field(default_factory=dict)
     draft_proposed: int = 0
     draft_accepted: int = 0
@@ -81,7 +80,6 @@ class DecodeLoop:
         log.warning("speculation with the draft model is off: %s", reason)
         self.draft = None
         self.draft_disabled_reason = reason
-        self.stats.draft_failures += 1
         if hasattr(self, "policy"):
             self.policy.draft_available = False
 
@@ -262,18 +260,13 @@ class DecodeLoop:
         """Greedy acceptance of the draft tokens just decoded after the token at ``pos``: the sequence
         keeps the accepted ones; returns how many, and the target's own token after them."""
         r = self.target
-        accepted = 0
-        for i, d in enumerate(drafts):
-            if r.argmax(i) != d:
-                break
-            accepted += 1
+        accepted = next((i for i, d in enumerate(drafts) if r.argmax(i) != d), len(drafts))
         correction = r.argmax(accepted)
         keep = pos + 1 + accepted
         r.remove(slot.seq_id, keep)
         del slot.tokens[keep:]
         figures.draft_proposed += len(drafts)
         figures.draft_accepted += accepted
-        figures.draft_steps += 1
         self.policy.record_acceptance(choice.method, len(drafts), accepted)
         return accepted, correction
 
@@ -308,9 +301,7 @@ class DecodeLoop:
         if choice.method == "none" or k <= 0:
             return []
         history = prompt + generated
-        if choice.method == "ngram":
-            return ngram_proposal(history, k)
-        if self.draft is None:
+        if choice.method == "ngram" or self.draft is None:
             return ngram_proposal(history, k)
         try:
             drafts, processed, prompt_ms, token_ms = self.draft.propose(history, k)

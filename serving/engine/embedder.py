@@ -43,10 +43,8 @@ def default_model_path() -> Path:
 
 
 def _check_sha256(path: Path, expected: str) -> None:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+        digest = hashlib.file_digest(f, "sha256")
     if digest.hexdigest() != expected:
         raise ModelChecksumMismatch(f"{path}: SHA-256 mismatch (damaged or replaced model file)")
 

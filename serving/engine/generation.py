@@ -31,7 +31,6 @@ class GenerationFigures:
     completion_tokens: int = 0
     draft_proposed: int = 0
     draft_accepted: int = 0
-    draft_steps: int = 0
     speculation: str = "none"
     finish_reason: str = "stop"
     prompt_ms: float = 0.0

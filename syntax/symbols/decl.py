@@ -23,7 +23,6 @@ class Decl:
     owner: str | None = None
     container_body: Node | None = None  # members to extract below this declaration
     member_owner: str | None = None  # owner of the members; defaults to the class name
-    doc_node: Node | None = None
 
     def owner_of_members(self) -> str | None:
         return self.member_owner or (self.name if self.kind in CLASS_KINDS else self.owner)

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from ctxpress_core.settings import Settings
-from ctxpress_core.settings_doc import DOC_PATH, REGENERATE, SECRET, field_comments, render
+from ctxpress_core.settings_doc import DOC_PATH, REGENERATE, SECRET, field_comments, render, undescribed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,6 +20,12 @@ def test_every_setting_has_a_row() -> None:
     text = render()
     for name in Settings.model_fields:
         assert f"| `CTXPRESS_{name.upper()}` |" in text
+
+
+def test_every_setting_has_a_description() -> None:
+    assert undescribed() == [], "describe these in ctxpress_core/settings.py (a comment on or above the field)"
+    rows = [line for line in render().splitlines() if line.startswith("| `CTXPRESS_")]
+    assert rows and not [row for row in rows if row.endswith("|  |")]
 
 
 def test_secrets_defaults_are_never_printed() -> None:

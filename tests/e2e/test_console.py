@@ -130,7 +130,7 @@ def _walk_through(page: Page, context: BrowserContext, base: str, settings: Sett
     row.locator("form[action='/members/grant'] button").click()
     assert "alice may now use extra" in page.inner_text("main")
     assert "demo, extra" in page.locator("#member-alice").inner_text()
-    assert team_store.repositories_of(settings.effective_database_url(), "alice") == {"demo", "extra"}
+    assert team_store.grants_of(settings.effective_database_url(), "alice")[0] == {"demo", "extra"}
 
     replies = run_async(lambda: _complete_and_feedback(first, accept=2, n=3))
     assert [r.get("completion") for r in replies] == ["a + b"] * 3, replies
@@ -185,7 +185,7 @@ def _protections(playwright: object, page: Page, context: BrowserContext, base: 
     # the same form with its token goes through: the refusals above were the token's doing
     good = context.request.post(f"{base}/members/grant", form={"name": "alice", "repos": "third", "csrf": csrf},
                                 max_redirects=0)
-    assert good.status == 303 and "third" in team_store.repositories_of(url, "alice")
+    assert good.status == 303 and "third" in team_store.grants_of(url, "alice")[0]
     # no cookie: the sign-in page, for pages and forms alike
     stranger = playwright.request.new_context()  # type: ignore[attr-defined]
     assert stranger.get(f"{base}/members", max_redirects=0).headers["location"] == "/login"

@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from indexer.walk import Skipped, SourceFile, index_root, iter_files, list_paths
+
 FILES: dict[str, str] = {
     "shop/__init__.py": "",
     "shop/pricing.py": '''"""Prices, discounts and taxes."""
@@ -115,3 +117,10 @@ def make_repo(root: Path, files: dict[str, str] | None = None) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "initial")
     return root
+
+
+def walk(root: Path) -> tuple[list[SourceFile], list[Skipped]]:
+    """What ``ctxpress index`` reads of the folder or repository at ``root``, and what it skips with why."""
+    top = index_root(root)
+    items = list(iter_files(top, list_paths(top)))
+    return [i for i in items if isinstance(i, SourceFile)], [i for i in items if isinstance(i, Skipped)]

@@ -8,8 +8,8 @@ import pytest
 
 from indexer.chunks import ChunkingError, chunk_file, identifier_words, import_targets, module_keys
 from indexer.filters import content_reason, path_reason
-from indexer.walk import WalkError, walk
-from tests.indexer.index_repo import FILES, make_repo
+from indexer.walk import WalkError
+from tests.indexer.index_repo import FILES, make_repo, walk
 
 
 def test_one_chunk_per_function_method_and_class() -> None:
@@ -87,11 +87,11 @@ def test_content_rules() -> None:
 
 def test_walk_respects_gitignore_and_says_why_files_are_skipped(tmp_path: Path) -> None:
     root = make_repo(tmp_path / "shop")
-    result = walk(root)
-    indexed = {f.path for f in result.files}
+    files, skipped_files = walk(root)
+    indexed = {f.path for f in files}
     assert indexed == {"shop/__init__.py", "shop/pricing.py", "shop/models.py", "shop/shipping.py",
                        "web/client.ts", "web/format.ts", "broken.py"}  # broken.py is refused later, by the parser
-    skipped = {s.path: s.reason for s in result.skipped}
+    skipped = {s.path: s.reason for s in skipped_files}
     assert skipped[".env"] == "secret" and skipped["certs/server.pem"] == "secret"
     assert skipped["vendor/lib/helper.py"] == "vendored"
     assert skipped["gen/api_pb2.py"] == "generated"
@@ -101,6 +101,6 @@ def test_walk_respects_gitignore_and_says_why_files_are_skipped(tmp_path: Path) 
 
 def test_walk_takes_a_folder_outside_git_as_it_is_and_refuses_a_missing_one(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("def f():\n    return 1\n")
-    assert [f.path for f in walk(tmp_path).files] == ["m.py"]
+    assert [f.path for f in walk(tmp_path)[0]] == ["m.py"]
     with pytest.raises(WalkError, match=r"not a directory"):
         walk(tmp_path / "missing")

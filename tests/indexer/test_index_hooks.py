@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from indexer import hooks
-from indexer.hook_publish import changed
+from indexer.hook_publish import diff
 from tests.indexer.index_repo import git, make_repo
 
 
@@ -66,7 +66,7 @@ def test_publisher_reports_renames_and_deletes(tmp_path: Path) -> None:
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        out = changed(git(root, "rev-parse", "HEAD~1").strip(), git(root, "rev-parse", "HEAD").strip())
+        out = diff(git(root, "rev-parse", "HEAD~1").strip(), git(root, "rev-parse", "HEAD").strip())[0]
     finally:
         os.chdir(cwd)
     assert {"path": "shop/delivery.py", "status": "R", "old_path": "shop/shipping.py"} in out

@@ -15,7 +15,7 @@ from ctxpress_core.errors import ErrorCode, RequestError
 from ctxpress_core.wire.v1 import Feedback
 from tests.workers.test_gateway import sharded_env, start
 from workers.completion.request import parse_request
-from workers.gateway import route
+from workers.gateway import read_head, route_head
 
 NESTED_ARRAY = b"[" * 100_000 + b"]" * 100_000
 NESTED_OBJECT = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
@@ -53,9 +53,9 @@ def test_chars_kept_must_fit_the_database_column() -> None:
 
 
 def test_the_gateway_routes_what_it_cannot_read_to_shard_0() -> None:
-    # before the fix RecursionError escaped route() and the forwarding task died without a reply
-    assert route(NESTED_ARRAY, 4) == 0
-    assert route(HUGE_INT, 4) == 0
+    # before the fix RecursionError escaped read_head() and the forwarding task died without a reply
+    assert route_head(read_head(NESTED_ARRAY), 4) == 0
+    assert route_head(read_head(HUGE_INT), 4) == 0
 
 
 @pytest.mark.services

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ctxpress.evaluation.busy import BackgroundLoad
@@ -84,7 +85,7 @@ def test_speculation_changes_a_greedy_completion_only_at_a_rounding_tie(engine: 
                 identical += 1
                 continue
             j = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
-            margin = engine.top2_margin(prompt, a[:j])
+            margin = _top2_margin(engine, prompt, a[:j])
             assert margin < tie, (method, j, margin, tie, text, plain)
     assert proposed > 0  # the comparison is vacuous if nothing was ever drafted
     # Of 6, at least a third identical: on an AVX-512 build (rounding up to ~0.9) half of them met a tie.
@@ -152,10 +153,32 @@ def test_a_prompt_that_gives_way_resumes_where_it_stopped(engine: LlamaEngine) -
     assert resumed_text == cold_text
 
 
+def _prefill(engine: LlamaEngine, prompt: str, cache_key: str) -> None:
+    """Process a prompt into the pool without generating (as a warm-up does)."""
+    list(engine.generate(prompt, max_tokens=0, cache_key=cache_key, speculation="none"))
+
+
+def _top2_margin(engine: LlamaEngine, prompt: str, continuation: list[int]) -> float:
+    """Logit gap between the target's two best next tokens after ``prompt`` + ``continuation``,
+    decoded one token at a time as plain decoding does (how close to a tie greedy was there)."""
+    with engine._lock:
+        tokens = engine.tokenize(prompt)
+        lease = engine.pool.lease("<margin-check>", tokens + continuation, room=1)
+        r, slot = engine.target, lease.slot
+        keep = min(lease.reused, len(tokens) - 1)
+        r.remove(slot.seq_id, keep)
+        slot.tokens = tokens[:keep]
+        engine._decode_into(slot, tokens[keep:], all_logits=False)
+        for tok in continuation:
+            engine._decode_into(slot, [tok], all_logits=False)
+        best = np.partition(r.logits(-1), -2)[-2:]
+        return float(abs(best[1] - best[0]))
+
+
 def _decode_gives_way_once(engine: LlamaEngine, prompt: str, key: str, after_steps: int) -> tuple[GaveWay, str]:
     """Run ``prompt`` until it gives way between two decode steps (its prompt processed beforehand, so every
     question comes from the decode loop); returns how it stopped and the text it streamed."""
-    engine.prefill(prompt, key)
+    _prefill(engine, prompt, key)
     asked: list[int] = []
 
     def give_way() -> bool:
@@ -190,7 +213,7 @@ def _pause_and_resume(engine: LlamaEngine, evicted: bool) -> tuple[str, str, Gen
     steps while other files ran (one, which the pool of two keeps it beside, or two, which take its sequence);
     checks that nothing was streamed twice or lost across the pause."""
     prompt = _prompts()[1]
-    engine.prefill(prompt, f"uninterrupted-{evicted}")
+    _prefill(engine, prompt, f"uninterrupted-{evicted}")
     whole_text, whole = _run(engine, prompt, speculation="none", cache_key=f"uninterrupted-{evicted}")
     assert whole.completion_tokens > 4  # type: ignore[attr-defined]  (room to stop in the middle)
     key = f"decode-gives-way-{evicted}"

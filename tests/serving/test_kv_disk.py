@@ -80,7 +80,8 @@ def test_an_evicted_file_and_the_pool_after_a_restart_come_back_from_disk(model_
     cold_text, cold = _completion(engine, first, "repo:first.py")
     assert cold.prompt_tokens > DISK_MIN_TOKENS and cold.restored_tokens == 0  # type: ignore[attr-defined]
     _completion(engine, second, "repo:second.py")  # one slot: first.py is evicted, its KV written out
-    engine.disk_writes_done()
+    assert engine.disk is not None
+    engine.disk.writes_done()
     assert engine.status()["disk"]["saved"] == 1
 
     text, again = _completion(engine, first, "repo:first.py")

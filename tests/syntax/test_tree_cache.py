@@ -40,14 +40,6 @@ def test_incremental_tree_matches_a_fresh_parse(where: str) -> None:
     assert str(parsed.tree.root_node) == str(get_parser("python").parse(edited.encode()).root_node)
 
 
-def test_apply_edit_with_explicit_range() -> None:
-    cache = TreeCache()
-    p = cache.get("m.py", "def a():\n    return 1\n", "python")
-    start = p.source.index(b"1")
-    q = cache.apply_edit("m.py", "python", start, start + 1, "42")
-    assert q.source == b"def a():\n    return 42\n" and q.incremental
-
-
 def test_typing_on_the_blanked_line_keeps_tree_and_symbols() -> None:
     cache = TreeCache()
     base = SOURCE.replace("    return x + 7\n", "    return x + 7\n    y = 1\n")

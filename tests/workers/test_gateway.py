@@ -12,7 +12,7 @@ import pytest
 
 from ctxpress_core.errors import ErrorCode
 from ctxpress_core.settings import get_settings
-from workers.gateway import NO_WORKER_GRACE_S, Gateway, engine_unavailable, error_payload, read_head, route
+from workers.gateway import NO_WORKER_GRACE_S, Gateway, engine_unavailable, error_payload, read_head, route_head
 from workers.sharding import shard_for
 
 pytestmark = pytest.mark.services
@@ -31,8 +31,8 @@ def sharded_env(appliance_env: dict[str, str], base: str) -> dict[str, str]:
 
 def test_route_reads_repository_and_path_only() -> None:
     data = json.dumps({"repository": "r", "path": "a/b.py", "text": "x" * 10}).encode()
-    assert route(data, 4) == shard_for("r", "a/b.py", 4)
-    assert route(b"{not json", 4) == 0  # shard 0's worker answers with the structured error
+    assert route_head(read_head(data), 4) == shard_for("r", "a/b.py", 4)
+    assert route_head(read_head(b"{not json"), 4) == 0  # shard 0's worker answers with the structured error
 
 
 def test_the_head_of_a_request_is_read_without_trusting_it() -> None:

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from workers.sharding import GATEWAY_SUBJECT, shard_for, shard_subject, subject_for
+from workers.sharding import shard_for
 
 
 def test_same_file_same_shard_and_path_spellings_agree() -> None:
@@ -19,7 +19,7 @@ def test_known_value_is_stable_across_processes() -> None:
     # Pinned so a change of hash (or Python's randomised hash() sneaking in) fails loudly:
     # a changed mapping would silently invalidate every Triton instance's KV cache.
     assert [shard_for("r", f"f{i}.py", 4) for i in range(8)] == [2, 2, 0, 0, 0, 3, 2, 1]
-    assert subject_for("r", "f0.py", 1) == "ctxpress.v1.complete.0"
+    assert shard_for("r", "f0.py", 1) == 0
 
 
 def test_repository_is_part_of_the_key() -> None:
@@ -43,10 +43,6 @@ def test_growing_the_shard_count_moves_few_files() -> None:
     assert all(shard_for("repo", f, 9) == 8 for f in files if shard_for("repo", f, 8) != shard_for("repo", f, 9))
 
 
-def test_subjects() -> None:
-    assert shard_subject(3) == f"{GATEWAY_SUBJECT}.3"
-    assert subject_for("repo", "a.py", 4).startswith("ctxpress.v1.complete.")
+def test_no_shards_is_an_error() -> None:
     with pytest.raises(ValueError):
         shard_for("repo", "a.py", 0)
-    with pytest.raises(ValueError):
-        shard_subject(-1)
