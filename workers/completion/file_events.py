@@ -22,6 +22,7 @@ from ctxpress_core.wire.v1 import CompletionRequest, ErrorBody, ErrorResponse, F
 from workers import metrics
 from workers.completion.file_store import FileStore
 from workers.completion.fill_behind import FillBehind
+from workers.completion.prompt_plan import PromptPlanner, Sized
 from workers.completion.request import within_size_limit
 from workers.grants import Caller
 
@@ -33,7 +34,7 @@ class FileEvents:
     background thread with it."""
 
     def __init__(self, settings: Settings, count_tokens: Callable[[str], int], files: FileStore,
-                 library: ContextLibrary, retriever: Retriever | None, fill: FillBehind,
+                 library: ContextLibrary, retriever: Retriever | None, fill: FillBehind, planner: PromptPlanner,
                  authorize: Callable[[str | None, str], Awaitable[Caller]], background: Executor) -> None:
         self.settings = settings
         self.count_tokens = count_tokens
@@ -41,6 +42,7 @@ class FileEvents:
         self.library = library
         self.retriever = retriever
         self.fill = fill  # the pre-warm of a cursor's prompt, one per user with the fills behind answers
+        self.planner = planner
         self.authorize = authorize
         self.background = background
 
@@ -84,12 +86,20 @@ class FileEvents:
         self.fill.tasks.start(caller.user, self._prepare_and_fill(request, caller))
 
     async def _prepare_and_fill(self, request: CompletionRequest, caller: Caller) -> None:
+        """The prompt a request here would be sent now, planned as it would be (prompt_plan.py): a second of rest on
+        a CPU covers a planned prompt, not a full one. Not the full one after it: the engine keeps one sequence per
+        file, and a request arriving while the full one was processed would find the planned one overwritten. The
+        full one is filled in behind that request's answer."""
         assert request.text is not None
+        view = caller.view(request.text, content_hash(request.text))
         try:
-            built = await self.library.build_prompt(request, caller.view(request.text, content_hash(request.text)),
-                                                    self.retriever)
+            full = await self.library.build_prompt(request, view, self.retriever)
+            plan = (self.planner.plan(full.cache_key, Sized.of(full), self.settings.default_max_tokens,
+                                      self.planner.target_ms) if full.prepared.features.get("plan") else None)
+            planned = (await self.library.build_smaller(request, view, self.retriever, plan.budget_tokens)
+                       if plan is not None else None)
         except Exception as exc:  # optional: the first keystroke pays the prompt instead
             metrics.DEGRADED.labels("prewarm", type(exc).__name__).inc()
             log.warning("pre-warming %s failed: %s", request.path, exc)
             return
-        await self.fill.fill(built, "prewarm")
+        await self.fill.fill(planned or full, "prewarm")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from context import Prompt
 from ctxpress_core import inference
 from ctxpress_core.wire.v1 import PlanReport
 from serving.engine_api import CompletionResult
@@ -85,6 +86,11 @@ class Sized:
     text: str
     context_tokens: int
     budget_tokens: int
+
+    @classmethod
+    def of(cls, prompt: Prompt) -> Sized:
+        report = prompt.prepared.report
+        return cls(prompt.layout.text, report.context_tokens, report.budget_tokens or report.context_tokens)
 
 
 class PromptPlanner:

@@ -82,7 +82,7 @@ class CompletionService:
         self.planner = PromptPlanner(settings.latency_target_ms, settings.plan_min_tokens)
         self.fill = FillBehind(engine, self.planner, settings.triton_timeout_s)
         self.file_events = FileEvents(settings, count_tokens, self.files, self.library, retriever, self.fill,
-                                      self._authorize, self._low_priority)
+                                      self.planner, self._authorize, self._low_priority)
 
     def cache_entries(self) -> dict[str, int]:
         """The size of every per-file and per-request structure the worker keeps (each one bounded)."""
@@ -179,11 +179,8 @@ class CompletionService:
         where the request names no budget of its own and its file has a KV sequence of its own to fill in."""
         if request.budget_tokens is not None or not full.prepared.features.get("plan", False):
             return None
-        report = full.prepared.report
         wait_ms = self.engine_load.expected_wait_s(user) * 1000  # under load the plan shrinks rather than refuses
-        return self.planner.plan(full.cache_key, Sized(full.layout.text, report.context_tokens,
-                                                      report.budget_tokens or report.context_tokens),
-                                 request.max_tokens, left_s * 1000 - wait_ms)
+        return self.planner.plan(full.cache_key, Sized.of(full), request.max_tokens, left_s * 1000 - wait_ms)
 
     async def _held_answer(self, held: asyncio.Task[CompletionResponse], request: CompletionRequest,
                            request_id: str, received_at: float) -> CompletionResponse | None:

@@ -188,3 +188,22 @@ async def test_a_request_with_a_budget_of_its_own_or_the_plan_off_is_never_plann
         assert reply["context"]["plan"] is None and reply["context"]["budget_tokens"] == extra.get("budget_tokens",
                                                                                                    1024)
     assert [r.max_tokens for r in engine.requests] == [4, 4]
+
+
+async def test_a_resting_cursor_gets_the_prompt_its_request_will_be_sent_processed_ahead() -> None:
+    engine = ScriptedEngine("helper_1(values)\n")
+    service = _service(engine)
+    for _ in range(20):  # a 2-core CPU's figures: a full prompt here would be planned smaller
+        service.planner.speed.prompt_ms_per_token.update(10.0)
+        service.planner.speed.decode_ms_per_token.update(90.0)
+    line = LONG.count("\n") - 1
+    rest = json.dumps({"repository": "r", "path": "long.py", "text": LONG, "line": line, "column": 11}).encode()
+    assert json.loads(await service.file_opened(rest, user="bob"))["ok"]
+    await asyncio.gather(*service.fill.tasks.unfinished())
+    (warmed,) = engine.requests
+    assert warmed.max_tokens == 0 and len(warmed.prompt) < len(LONG) // 4  # the planned prompt, not the full one
+    ask = json.dumps({"repository": "r", "path": "long.py", "text": LONG, "line": line, "column": 11,
+                      "max_tokens": 16}).encode()
+    reply = json.loads(await service.handle(ask, time.perf_counter(), user="bob"))
+    assert reply["context"]["plan"] is not None
+    assert engine.requests[1].prompt == warmed.prompt and engine.requests[1].cache_key == warmed.cache_key
