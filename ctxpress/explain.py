@@ -102,7 +102,6 @@ def model_token_counter() -> Callable[[str], int]:
     """The served model's own tokenizer, so the report counts what the model will see."""
     from ctxpress_core.settings import get_settings
     from serving.tokenizer import Tokenizer
-    from serving.weights import TARGET, ensure_model
+    from serving.weights import model_path
 
-    settings = get_settings()
-    return Tokenizer(settings.model_path or ensure_model(TARGET, settings.models_dir)).count
+    return Tokenizer(model_path(get_settings())).count

@@ -6,6 +6,7 @@ Each service can be pointed at an external deployment (``nats_url``, ``database_
 
 from __future__ import annotations
 
+from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 
@@ -14,6 +15,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ctxpress_core.database import database_url, stored_password
 from ctxpress_core.wire.v1 import SUBJECT_COMPLETE, SUBJECT_FEEDBACK
+
+
+class PackagedModelChoice(StrEnum):
+    """The models the registry packages ship (serving/weights.py joins and checks them)."""
+
+    CODER_1_5B = "qwen2.5-coder-1.5b"
+    CODER_0_5B = "qwen2.5-coder-0.5b"
+
+    @property
+    def file_stem(self) -> str:
+        return {"qwen2.5-coder-1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m",
+                "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct"}[self.value]
 
 
 class Settings(BaseSettings):
@@ -64,9 +77,13 @@ class Settings(BaseSettings):
     triton_timeout_s: float = 120.0  # a cold 2,048-token prompt takes ~30 s on 2 CPU cores
 
     # The CPU engine served by the embedded Triton
+    # The packaged model the engine runs (docs/quality.md compares them on this host's figures): the 1.5B, or the
+    # 0.5B (the draft model otherwise; as the main model it leaves draft speculation off). model_path overrides it.
+    model: PackagedModelChoice = Field(default=PackagedModelChoice.CODER_1_5B)
     model_path: Path | None = None  # a GGUF; unset: the packaged model
     draft_model_path: Path | None = None  # a GGUF for draft speculation; unset: see draft_model
-    model_name: str = "qwen2.5-coder-1.5b-instruct-q4_k_m"  # with model_path set: its file name, unless given
+    # Replies and cache keys name it: the packaged model's name, or model_path's file name, unless given.
+    model_name: str = ""
     n_ctx: int = 4096  # per sequence: the longest prompt + completion of one file
     n_threads: int = 0  # 0: adaptive (serving.engine.host_load); N: always N
     # KV cache element type: "f16", "q8_0" (INT8) or "q4_0" (INT4, measured and not recommended).
@@ -196,8 +213,8 @@ class Settings(BaseSettings):
     def _model_named_after_its_file(self) -> Settings:
         """Replies and the engine's cache keys name the model that runs: the packaged one's name would be wrong
         for another file given in ``model_path``."""
-        if self.model_path is not None and "model_name" not in self.model_fields_set:
-            self.model_name = self.model_path.stem
+        if "model_name" not in self.model_fields_set or not self.model_name:
+            self.model_name = self.model_path.stem if self.model_path is not None else self.model.file_stem
         return self
 
     @cached_property

@@ -120,11 +120,23 @@ def _join(model: PackagedModel, target: Path, progress: ProgressFn | None) -> No
     target.with_suffix(".sha256").write_text(model.sha256 + "\n")
 
 
+PACKAGED = {model.file_name.removesuffix(".gguf"): model for model in (TARGET, DRAFT)}
+
+
+def model_path(settings: Settings, progress: ProgressFn | None = None) -> Path:
+    """The GGUF the engine runs: ``model_path``, else the packaged model ``settings.model`` names."""
+    if settings.model_path is not None:
+        return settings.model_path
+    return ensure_model(PACKAGED[settings.model.file_stem], settings.models_dir, progress)
+
+
 def draft_model_path(settings: Settings) -> Path | None:
-    """The draft model for speculative decoding, or None (off, or its package is missing)."""
+    """The draft model for speculative decoding, or None (off, its package is missing, or the packaged draft is the
+    model that runs)."""
     if settings.draft_model_path is not None:
         return settings.draft_model_path
-    if settings.draft_model == "off":
+    if settings.draft_model == "off" or (settings.model_path is None
+                                         and PACKAGED[settings.model.file_stem] is DRAFT):
         return None
     try:
         return ensure_model(DRAFT, settings.models_dir)

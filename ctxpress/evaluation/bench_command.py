@@ -61,9 +61,9 @@ async def _bridge_typing(typing_file: Path | None, cfg: Any) -> dict[str, Any]:
 def _shards(settings: Settings) -> int:
     from ctxpress.evaluation.bench import third_party_root
     from ctxpress.evaluation.shards_bench import report_lines, run_shards_bench
-    from serving.weights import TARGET, ensure_model
+    from serving.weights import model_path
 
-    model = settings.model_path or ensure_model(TARGET, settings.models_dir)
+    model = model_path(settings)
     try:
         figures = run_shards_bench(model, third_party_root(), report=lambda line: print(line, file=sys.stderr))
     except (ValueError, OSError, RuntimeError) as exc:
@@ -183,9 +183,9 @@ async def _peer_typing(binary: Path, typing_file: Path | None, cfg: Any, setting
     from ctxpress.evaluation.bench_report import summarise
     from ctxpress.evaluation.peer import peer_typing
     from ctxpress.evaluation.progress import Progress
-    from serving.weights import TARGET, ensure_model
+    from serving.weights import model_path
 
-    model = settings.model_path or ensure_model(TARGET, settings.models_dir)
+    model = model_path(settings)
     path = typing_file or third_party_root() / "engine" / "result.py"
     progress = Progress(cfg.typing_pauses, "peer")
     samples = await peer_typing(binary, Path(model), path, cfg, progress, threads=os.cpu_count() or 2)
@@ -209,9 +209,9 @@ def _host(args: argparse.Namespace) -> int:
 def _kernels(args: argparse.Namespace, settings: Settings) -> int:
     """Prompt and decode speed per CPU kernel path (ctxpress.evaluation.kernel_paths), without the appliance."""
     from ctxpress.evaluation.kernel_paths import DEFAULT_PATHS, run
-    from serving.weights import TARGET, ensure_model
+    from serving.weights import model_path
 
-    model = settings.model_path or ensure_model(TARGET, settings.models_dir)
+    model = model_path(settings)
     figures = argparse.Namespace(model=Path(model), paths=args.kernel_paths or ",".join(DEFAULT_PATHS),
                                  baseline_python=args.baseline_python, prompt_tokens=1000, decode=32, batch=512,
                                  rounds=2, passes=3, threads=0, child=False)

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from ctxpress_core.features import parse_list
@@ -110,9 +109,9 @@ def _benchmark(args: argparse.Namespace, settings: Settings) -> int:
              else [mode])
     model = None
     if args.peer_server is not None and not args.canonical:
-        from serving.weights import TARGET, ensure_model
+        from serving.weights import model_path
 
-        model = Path(settings.model_path or ensure_model(TARGET, settings.models_dir))
+        model = model_path(settings)
     config = BenchmarkConfig(args.benchmark, settings.effective_nats_url(), settings.completion_subject, modes,
                              args.max_tokens or settings.default_max_tokens,
                              peer_server=None if args.canonical else args.peer_server, model=model,

@@ -158,9 +158,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.model is None:
         from ctxpress_core.settings import get_settings
-        from serving.weights import TARGET, ensure_model
+        from serving.weights import model_path
 
-        args.model = ensure_model(TARGET, get_settings().models_dir)
+        args.model = model_path(get_settings())
     if args.child:
         return child(args)
 

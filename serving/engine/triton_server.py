@@ -104,12 +104,10 @@ def main() -> int:
     settings = get_settings()
     if len(sys.argv) > 1:
         model_path = Path(sys.argv[1])
-    elif settings.model_path:
-        model_path = settings.model_path
     else:
-        from serving.weights import TARGET, ensure_model
+        from serving.weights import model_path as packaged_or_given
 
-        model_path = ensure_model(TARGET, settings.models_dir)
+        model_path = packaged_or_given(settings)
     (settings.state_dir / "logs").mkdir(parents=True, exist_ok=True)
     return serve(settings, model_path)
 

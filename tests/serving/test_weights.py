@@ -78,3 +78,17 @@ def test_processes_that_start_at_once_join_the_model_once_and_whole(tmp_path: Pa
     assert [joiner.exitcode for joiner in joiners] == [0, 0, 0]
     assert hashlib.sha256((tmp_path / "models" / "tiny.gguf").read_bytes()).hexdigest() == sha256
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["tiny.gguf", "tiny.sha256"]
+
+
+def test_the_packaged_model_chosen_by_settings_names_replies_and_leaves_the_draft_to_the_other() -> None:
+    from ctxpress_core.settings import PackagedModelChoice, Settings
+    from serving.weights import DRAFT, PACKAGED, draft_model_path
+
+    small = Settings(model=PackagedModelChoice.CODER_0_5B)
+    assert small.model_name == DRAFT.file_name.removesuffix(".gguf")
+    assert PACKAGED[small.model.file_stem] is DRAFT
+    assert draft_model_path(small) is None  # the draft would be the model itself
+    assert Settings().model_name == TARGET.file_name.removesuffix(".gguf") and PACKAGED[Settings().model.file_stem] \
+        is TARGET
+    given = Settings(model=PackagedModelChoice.CODER_0_5B, model_path=Path("/models/other.gguf"))
+    assert given.model_name == "other"

@@ -47,10 +47,9 @@ _Handler = Callable[[Msg], Awaitable[None]]
 
 def load_tokenizer(settings: Settings) -> Callable[[str], int]:
     from serving.tokenizer import Tokenizer, memoized_counter
-    from serving.weights import TARGET, ensure_model
+    from serving.weights import model_path
 
-    path = settings.model_path or ensure_model(TARGET, settings.models_dir)
-    return memoized_counter(Tokenizer(path).count)
+    return memoized_counter(Tokenizer(model_path(settings)).count)
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
