@@ -6,6 +6,7 @@ processed in the engine (max_tokens=0) so that the first keystroke there finds i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -22,7 +23,7 @@ from ctxpress_core.wire.v1 import CompletionRequest, ErrorBody, ErrorResponse, F
 from workers import metrics
 from workers.completion.file_store import FileStore
 from workers.completion.fill_behind import FillBehind
-from workers.completion.prompt_plan import PromptPlanner, Sized
+from workers.completion.prompt_plan import PromptPlanner, Sized, planned_key
 from workers.completion.request import within_size_limit
 from workers.grants import Caller
 
@@ -86,10 +87,9 @@ class FileEvents:
         self.fill.tasks.start(caller.user, self._prepare_and_fill(request, caller))
 
     async def _prepare_and_fill(self, request: CompletionRequest, caller: Caller) -> None:
-        """The prompt a request here would be sent now, planned as it would be (prompt_plan.py): a second of rest on
-        a CPU covers a planned prompt, not a full one. Not the full one after it: the engine keeps one sequence per
-        file, and a request arriving while the full one was processed would find the planned one overwritten. The
-        full one is filled in behind that request's answer."""
+        """The prompt a request here would be sent now, planned as it would be (prompt_plan.py), under the key it
+        would be sent under: a second of rest on a CPU covers a planned prompt, not a full one. The full one is
+        filled in behind that request's answer."""
         assert request.text is not None
         view = caller.view(request.text, content_hash(request.text))
         try:
@@ -102,4 +102,7 @@ class FileEvents:
             metrics.DEGRADED.labels("prewarm", type(exc).__name__).inc()
             log.warning("pre-warming %s failed: %s", request.path, exc)
             return
-        await self.fill.fill(planned or full, "prewarm")
+        if planned is not None:
+            await self.fill.fill(dataclasses.replace(planned, cache_key=planned_key(planned.cache_key)), "prewarm")
+        else:
+            await self.fill.fill(full, "prewarm")

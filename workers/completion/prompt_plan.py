@@ -148,6 +148,14 @@ class PromptPlanner:
             **self.speed.figures())
 
 
+def planned_key(key: str | None) -> str | None:
+    """The KV key a planned prompt is sent under: a sequence of its own beside the file's, which the full prompt
+    filled in behind it goes to. The two diverge early (the full one has more excerpts before the block), so in one
+    sequence each keystroke's planned prompt would overwrite what the fill had processed, and a developer typing on
+    would never get the full one."""
+    return None if key is None else f"{key}#plan"
+
+
 def calibration_prompt(nonce: str) -> str:
     """A prompt of about 300 tokens of ordinary code, new to the engine (``nonce`` first): the worker measures the
     engine with it at start, so that a fresh appliance's first completion is planned too."""

@@ -7,6 +7,7 @@ subjects have modules of their own, reached through ``CompletionService``: cance
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -39,7 +40,7 @@ from workers.completion.fill_behind import FillBehind
 from workers.completion.follow_up import Asked, FollowUps, accepted
 from workers.completion.observe import Observer, observe_retrieval
 from workers.completion.postprocess import CompletionSettled, clean_completion
-from workers.completion.prompt_plan import PromptPlanner, Sized, calibration_prompt
+from workers.completion.prompt_plan import PromptPlanner, Sized, calibration_prompt, planned_key
 from workers.completion.request import parse_request
 from workers.grants import Caller, Grants
 from workers.telemetry import TelemetryWriter
@@ -157,7 +158,8 @@ class CompletionService:
         built = full = await self.library.build_prompt(request, view, self.retriever)
         plan = self._plan(request, full, self._time_left(request, received_at), caller.user)
         if plan is not None:
-            built = await self.library.build_smaller(request, view, self.retriever, plan.budget_tokens)
+            smaller = await self.library.build_smaller(request, view, self.retriever, plan.budget_tokens)
+            built = dataclasses.replace(smaller, cache_key=planned_key(smaller.cache_key))
             built.prepared.report.plan = plan
         prepared = built.prepared
         observe_retrieval(prepared.report.retrieval)

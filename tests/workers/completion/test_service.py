@@ -167,7 +167,10 @@ async def test_a_prompt_too_slow_for_the_target_is_planned_smaller_and_the_full_
     await asyncio.gather(*service.fill.tasks.unfinished())
     answered, filled = engine.requests
     assert answered.max_tokens == 16 and filled.max_tokens == 0  # filled in at the engine's lowest priority
-    assert filled.cache_key == answered.cache_key and filled.cache_salt == answered.cache_salt
+    # the planned prompt in a sequence of its own, so that the next keystroke's planned prompt never overwrites
+    # what the fill processed
+    assert answered.cache_key == f"{filled.cache_key}#plan" and filled.cache_salt == answered.cache_salt
+    assert filled.cache_key == "m:bob:r:long.py"
     assert len(filled.prompt) > 2 * len(answered.prompt)
     # the next keystroke there finds the full prompt held: it is sent whole
     again = json.loads(await service.handle(ask, time.perf_counter(), user="bob"))
