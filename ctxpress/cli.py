@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="bring everything up and complete a real 2,000-line file")
     demo.add_argument("--file", help="a Python file (default: a 2,000-line third-party module)")
-    demo.add_argument("-n", type=int, default=2, help="number of cursors (the first is the file's cold completion)")
+    demo.add_argument("-n", type=int, default=1, help="number of cursors (the first is the file's cold completion)")
     demo.add_argument("--typing", type=int, default=6, metavar="PAUSES",
                       help="then a typing replay in the same file, a completion at each of PAUSES pauses (0: none)")
     demo.add_argument("--keep", action="store_true", help="leave the appliance running afterwards")

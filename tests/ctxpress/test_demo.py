@@ -36,6 +36,6 @@ def test_demo_prints_completions_and_timings(appliance: Any, tmp_path: Path, mod
     assert "completion:" in run.stdout and "timings ms:" in run.stdout and "Summary: 1 completions" in run.stdout
     # then the typing replay (the body of describe typed back), and cold against warm
     assert "Typing replay: a function body" in run.stdout and "[t3]" in run.stdout
-    assert "  cold: the file's first completion" in run.stdout and "  warm: typing, 3 completions" in run.stdout
+    assert "  cold: the file's first completion" in run.stdout and "  warm: while typing, 2 completions" in run.stdout
     assert ("window, lines" in run.stdout) == (mode == "baseline")
     assert appliance.ctxpress("status").returncode == 0  # the demo leaves a running appliance running
