@@ -4,22 +4,42 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test check lint up down clean eval-long eval-short eval-heldout eval-cross bench fuzz faults editor-clients e2e
+.PHONY: install peer demo test check lint up down clean eval-long eval-short eval-heldout eval-cross bench fuzz faults editor-clients e2e
 
-# llama-cpp-python compiles llama.cpp with ggml's CPU backend as run-time variants: one
-# libggml-cpu-<microarch>.so per x86-64 generation (SSE4.2 … AVX2, AVX-512, AMX) beside libllama.so,
-# none compiled for this CPU in particular (GGML_NATIVE=OFF), so one install runs on every x86-64 host.
-# serving/engine/cpu_kernels.py asks Linux for the AMX tile state and loads the best variant the host runs
-# (AMX only where the CPU has it and the tile state was granted; CTXPRESS_CPU_KERNELS forces one).
-# CMAKE_INSTALL_BINDIR puts the variants into the package's lib/ (ggml installs backends to bin/).
+# llama-cpp-python compiles llama.cpp for the host it runs on: ggml's CPU backend as the one variant of
+# GGML_CPU_ALL_VARIANTS this CPU would load (zen4, sapphirerapids, haswell …; serving/llama_build.py picks it from
+# /proc/cpuinfo, AMX only where Linux grants the tile state), with that variant's switches, as one loadable
+# libggml-cpu.so beside libllama.so (GGML_BACKEND_DL; ggml refuses GGML_NATIVE beside it on x86). The engine
+# (serving/engine/cpu_kernels.py) checks it with ggml's own score before loading it. LLAMA_VARIANTS=all builds
+# every x86-64 variant instead (13 libggml-cpu-<microarch>.so, none for this CPU in particular), for an image
+# built once for many hosts; cpu_kernels.py then loads the best one the host runs, and CTXPRESS_CPU_KERNELS
+# forces another. CMAKE_INSTALL_BINDIR puts the backends into the package's lib/ (ggml installs them to bin/);
+# LLAVA_BUILD=OFF leaves out the multimodal library nothing here loads, and serving/llama_without_common.cmake
+# llama.cpp's common library (llama-cpp-python forces it on; its Python never loads it).
 # serving/gcc_amx_tile_fix.h is force-included into every C++ file: with GCC 12 the AMX variant's tile
 # configuration lost its rows and widths (dead stores to it), and its first tile instruction was a SIGILL.
-# The wheel is built once per machine, version and flags (9-14 min on 2 shared cores) into LLAMA_WHEELS and
-# installed from there: pip's own wheel cache would hand back a wheel built with other flags.
+# The wheel is built once per machine kind, version and flags into LLAMA_WHEELS (the key hashes the CMake
+# switches, which name this CPU's variant) and installed from there: pip's own wheel cache would hand back a
+# wheel built with other flags, or for another CPU.
 LLAMA_CPP := $(shell grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DCMAKE_INSTALL_BINDIR=llama_cpp/lib
+LLAMA_VARIANTS ?= host
+LLAMA_HOST := $(shell $(PYTHON) serving/llama_build.py host)
+LLAMA_HOST_VARIANT := $(firstword $(LLAMA_HOST))
+LLAMA_HOST_ARGS := $(wordlist 2,$(words $(LLAMA_HOST)),$(LLAMA_HOST))
+ifeq ($(LLAMA_VARIANTS),all)
+LLAMA_CPU := all
+LLAMA_CPU_ARGS := -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON
+else ifeq ($(LLAMA_VARIANTS),host)
+LLAMA_CPU := $(LLAMA_HOST_VARIANT)
+LLAMA_CPU_ARGS := $(LLAMA_HOST_ARGS)
+else
+$(error LLAMA_VARIANTS=$(LLAMA_VARIANTS): host (the default) or all)
+endif
+LLAMA_CMAKE_ARGS := $(LLAMA_CPU_ARGS) -DLLAVA_BUILD=OFF -DCMAKE_INSTALL_BINDIR=llama_cpp/lib
+LLAMA_CMAKE_FILES := -DCMAKE_PROJECT_INCLUDE=$(abspath serving/llama_without_common.cmake)
 LLAMA_CXXFLAGS := -include $(abspath serving/gcc_amx_tile_fix.h)
-LLAMA_KEY := $(shell (echo '$(LLAMA_CPP) $(LLAMA_CMAKE_ARGS)'; cat serving/gcc_amx_tile_fix.h) | sha1sum | cut -c1-12)
+LLAMA_KEY := $(LLAMA_CPU)-$(shell (echo '$(LLAMA_CPP) $(LLAMA_CMAKE_ARGS)'; cat serving/gcc_amx_tile_fix.h \
+	serving/llama_without_common.cmake) | sha1sum | cut -c1-12)
 LLAMA_WHEELS ?= $(HOME)/.cache/ctxpress/llama-wheels/$(LLAMA_KEY)
 STAMP := $(VENV)/.installed-$(LLAMA_KEY)
 
@@ -30,17 +50,47 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	@start=$$(date +%s); \
 	if ! ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
-		echo "building $(LLAMA_CPP) with its CPU variants into $(LLAMA_WHEELS) (first time: 9-14 min on 2 cores)…"; \
+		echo "building $(LLAMA_CPP) for $(LLAMA_CPU) into $(LLAMA_WHEELS) (first time only)…"; \
 		rm -rf $(LLAMA_WHEELS).partial && \
-		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CXXFLAGS="$$CXXFLAGS $(LLAMA_CXXFLAGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS) $(LLAMA_CMAKE_FILES)" CXXFLAGS="$$CXXFLAGS $(LLAMA_CXXFLAGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
 			--no-binary llama-cpp-python -w $(LLAMA_WHEELS).partial '$(LLAMA_CPP)' && \
 		rm -rf $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).partial $(LLAMA_WHEELS) || exit 1; \
+		echo "llama.cpp built in $$(( $$(date +%s) - start ))s"; \
 	fi; \
 	echo "installing ctxpress and its models into $(VENV)…"; \
 	$(PY) -m pip install --quiet --progress-bar off --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-*.whl && \
 	$(PY) -m pip install --quiet --progress-bar off --find-links $(LLAMA_WHEELS) -e '.[dev,models]' && \
 	echo "install took $$(( $$(date +%s) - start ))s"
+	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
+
+# llama.cpp's own llama-server, the peer the benchmarks compare with (`--peer-server`): built from the same pinned
+# llama.cpp (the vendor/llama.cpp of llama-cpp-python's sdist, from PyPI) for this host's variant, with the same
+# forced include, statically linked, cached like the wheel under PEER_DIR; prints the binary's path (alone on stdout:
+# `--peer-server $$(make -s peer)`).
+PEER_CMAKE_ARGS := $(filter-out -DGGML_BACKEND_DL=%,$(LLAMA_HOST_ARGS)) -DGGML_BACKEND_DL=OFF -DBUILD_SHARED_LIBS=OFF \
+	-DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF \
+	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+	-DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF
+PEER_KEY := $(LLAMA_HOST_VARIANT)-$(shell (echo '$(LLAMA_CPP) $(PEER_CMAKE_ARGS)'; cat serving/gcc_amx_tile_fix.h) | sha1sum | cut -c1-12)
+PEER_DIR ?= $(HOME)/.cache/ctxpress/llama-server/$(PEER_KEY)
+PEER := $(PEER_DIR)/llama-server
+
+peer: $(PEER)
+	@echo $(PEER)
+
+$(PEER):
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@start=$$(date +%s); src=$$(mktemp -d); \
+	echo "building llama-server of $(LLAMA_CPP) for $(LLAMA_HOST_VARIANT) into $(PEER_DIR) (first time only)…" >&2; \
+	$(PY) -m pip download --quiet --no-deps --no-binary :all: -d $$src '$(LLAMA_CPP)' && \
+	tar xzf $$src/llama_cpp_python-*.tar.gz -C $$src && \
+	cd $$src/llama_cpp_python-*/vendor/llama.cpp && \
+	CXXFLAGS="$$CXXFLAGS $(LLAMA_CXXFLAGS)" cmake -B build -G Ninja $(PEER_CMAKE_ARGS) >/dev/null && \
+	cmake --build build --target llama-server -j$$(nproc) >/dev/null && \
+	mkdir -p $(PEER_DIR) && cp build/bin/llama-server $(PEER_DIR)/llama-server.partial && \
+	mv $(PEER_DIR)/llama-server.partial $(PEER) && rm -rf $$src && \
+	echo "llama-server built in $$(( $$(date +%s) - start ))s" >&2 || { rm -rf $$src; exit 1; }
 
 demo: install
 	$(VENV)/bin/ctxpress demo

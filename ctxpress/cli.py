@@ -114,7 +114,7 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         print(f"up in {time.perf_counter() - started:.1f}s")
     try:
         results = demo(settings.effective_nats_url(), Path(args.file) if args.file else default_demo_file(), args.n,
-                       mode=args.mode)
+                       mode=args.mode, typing=args.typing)
     finally:
         if not already_up and not args.keep:
             print("\nStopping (use --keep to leave it running)…")
@@ -177,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="bring everything up and complete a real 2,000-line file")
     demo.add_argument("--file", help="a Python file (default: a 2,000-line third-party module)")
-    demo.add_argument("-n", type=int, default=4, help="number of cursors")
+    demo.add_argument("-n", type=int, default=1, help="number of cursors (the first is the file's cold completion)")
+    demo.add_argument("--typing", type=int, default=6, metavar="PAUSES",
+                      help="then a typing replay in the same file, a completion at each of PAUSES pauses (0: none)")
     demo.add_argument("--keep", action="store_true", help="leave the appliance running afterwards")
     demo.add_argument("--mode", choices=["optimized", "baseline"], default="optimized")
     demo.set_defaults(func=_cmd_demo)

@@ -1,9 +1,13 @@
-"""``ctxpress demo``: complete a few cursors of a real 2,000-line file, with timings.
+"""``ctxpress demo``: complete a few cursors of a real 2,000-line file, then replay a short stretch of typing in it,
+with timings: the cold latency (a file's first completion, nothing of it in the engine's cache) and the warm one
+(completions while the developer types, the file's prompt kept in the cache).
 
 The file is third-party code installed with the project (SQLAlchemy's result module),
 so nobody here wrote it and the model has no home advantage. Each cursor is placed
 mid-line in a function body; the rest of that line is what the developer was about to
 type, and it is cut out of the file before the request, exactly as in an evaluation.
+The typing replay is the benchmarks' (``ctxpress.evaluation.typing_replay``): a function body removed and typed
+back, a completion asked for at each pause, sent as soon as the previous one is answered.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxpress.client import CompletionClient, repository_of
+from ctxpress.evaluation.bench_config import BenchConfig
+from ctxpress.evaluation.typing_replay import suggestion_matches, typing_plan
 from ctxpress_core.wire.v1 import CompletionRequest, FileOpened
+
+TYPING_PAUSES = 6  # completions the typing replay asks for (0: none)
 
 
 def default_demo_file() -> Path:
@@ -79,8 +87,11 @@ def _percentile(values: list[float], pct: float) -> float:
 
 
 async def run_demo(nats_url: str, repository: str, relative: str, text: str, cursors: list[Cursor],
-                   report: Callable[[str], None] = print, mode: str = "optimized") -> list[dict]:
-    results = []
+                   report: Callable[[str], None] = print, mode: str = "optimized", path: Path | None = None,
+                   typing: int = TYPING_PAUSES) -> list[dict]:
+    """The cursors' completions, then (``path`` given, ``typing`` > 0) the typing replay's; each reply with its
+    ``wall_ms``, the replay's marked ``typing``."""
+    results: list[dict] = []
     async with CompletionClient(nats_url) as client:
         # as an IDE does: the file is opened (and parsed) before anyone types in it
         await client.file_opened(FileOpened(repository=repository, path=relative, text=text))
@@ -118,18 +129,78 @@ async def run_demo(nats_url: str, repository: str, relative: str, text: str, cur
             report(f"     context:    {ctx['context_tokens']} of {ctx['file_tokens']} file tokens sent ({where}), "
                    f"prompt {ctx['prompt_tokens']} tokens, {ctx['cached_tokens']} from cache{restored}\n")
             results.append({**reply, "wall_ms": wall_ms, "exact": match == "exact"})
-    if results:
-        walls = [r["wall_ms"] for r in results]
-        report(f"Summary: {len(results)} completions, {sum(r['exact'] for r in results)} exact; "
-               f"latency median {statistics.median(walls):.0f} ms, p95 {_percentile(walls, 95):.0f} ms")
-    return results
+        if results:
+            walls = [r["wall_ms"] for r in results]
+            report(f"Summary: {len(results)} completions, {sum(r['exact'] for r in results)} exact; "
+                   f"latency median {statistics.median(walls):.0f} ms, p95 {_percentile(walls, 95):.0f} ms")
+        replayed = await _typing_replay(client, nats_url, repository, relative, path, mode, typing, report) \
+            if path is not None and typing > 0 else []
+    for line in latency_summary(results, replayed):
+        report(line)
+    return results + replayed
+
+
+async def _typing_replay(client: CompletionClient, nats_url: str, repository: str, relative: str, path: Path,
+                         mode: str, pauses: int, report: Callable[[str], None]) -> list[dict]:
+    cfg = BenchConfig(nats_url=nats_url, subject="", typing_pauses=pauses)
+    try:
+        opened, open_line, steps = await asyncio.to_thread(typing_plan, path, cfg)
+    except ValueError as exc:
+        report(f"\nTyping replay: skipped ({exc})")
+        return []
+    first, last = steps[0].line, steps[-1].line
+    report(f"\nTyping replay: a function body (from line {open_line + 1}) removed and typed back, a completion at "
+           f"each of {len(steps)} pauses (lines {first + 1}-{last + 1}), each sent once the last is answered\n")
+    await client.file_opened(FileOpened(repository=repository, path=relative, text=opened, line=open_line, column=0))
+    typed: list[dict] = []
+    for index, step in enumerate(steps, 1):
+        started = time.perf_counter()
+        reply = await client.complete(CompletionRequest(repository=repository, path=relative, text=step.text,
+                                                        line=step.line, column=step.column, max_tokens=cfg.max_tokens,
+                                                        mode=mode))  # type: ignore[arg-type]
+        wall_ms = (time.perf_counter() - started) * 1000
+        if "error" in reply:
+            report(f"[t{index}] ERROR {reply['error']['code']}: {reply['error']['message']}")
+            continue
+        ctx = reply["context"]
+        matched = suggestion_matches(reply["completion"], step.next_text)
+        report(f"[t{index}] line {step.line + 1}: {wall_ms:>6.0f} ms  prompt {ctx['prompt_tokens']} tokens, "
+               f"{ctx['cached_tokens']} from cache  {reply['completion'].split(chr(10), 1)[0]!r}  "
+               f"({'typed next' if matched else 'differs'})")
+        typed.append({**reply, "wall_ms": wall_ms, "typing": True, "matched": matched})
+    return typed
+
+
+def latency_summary(cold: list[dict], typing: list[dict]) -> list[str]:
+    """Cold against warm: the file's first completion (nothing of it in the cache yet), and the typing replay's
+    completions after its first (which is cold again: the file changed, a function body removed)."""
+    lines = ["", "Latency"]
+    first = cold[0] if cold else typing[0] if typing else None
+    if first is None:
+        return []
+    ctx = first.get("context", {})
+    lines.append(f"  cold: the file's first completion {first['wall_ms']:,.0f} ms "
+                 f"({ctx.get('prompt_tokens', 0):,} prompt tokens, {ctx.get('cached_tokens', 0):,} from cache)")
+    warm = typing[1:]
+    if warm:
+        walls = [r["wall_ms"] for r in warm]
+        prompt = sum(r.get("context", {}).get("prompt_tokens", 0) for r in warm)
+        cached = sum(r.get("context", {}).get("cached_tokens", 0) for r in warm)
+        share = f"; {100 * cached / prompt:.0f} % of prompt tokens from cache" if prompt else ""
+        median = statistics.median(walls)
+        lines.append(f"  warm: while typing, {len(warm)} completions after the replay's first "
+                     f"({typing[0]['wall_ms']:,.0f} ms): median {median:,.0f} ms, "
+                     f"p95 {_percentile(walls, 95):,.0f} ms{share}")
+        lines.append(f"  {sum(bool(r.get('matched')) for r in typing)} of {len(typing)} typing suggestions were what "
+                     f"was typed next; warm is {first['wall_ms'] / max(median, 1):.1f}x faster than cold")
+    return lines
 
 
 def demo(nats_url: str, path: Path, count: int, report: Callable[[str], None] = print,
-         mode: str = "optimized") -> list[dict]:
+         mode: str = "optimized", typing: int = TYPING_PAUSES) -> list[dict]:
     text = path.read_text(encoding="utf-8")
     repository, root = repository_of(path)
     relative = str(path.resolve().relative_to(root)) if path.resolve().is_relative_to(root) else path.name
     cursors = pick_cursors(text, count)
     report(f"\nFile: {path} ({len(text.splitlines())} lines); {len(cursors)} cursors\n")
-    return asyncio.run(run_demo(nats_url, repository, relative, text, cursors, report, mode))
+    return asyncio.run(run_demo(nats_url, repository, relative, text, cursors, report, mode, path, typing))

@@ -208,11 +208,11 @@ def _host(args: argparse.Namespace) -> int:
 
 def _kernels(args: argparse.Namespace, settings: Settings) -> int:
     """Prompt and decode speed per CPU kernel path (ctxpress.evaluation.kernel_paths), without the appliance."""
-    from ctxpress.evaluation.kernel_paths import DEFAULT_PATHS, run
+    from ctxpress.evaluation.kernel_paths import run
     from serving.weights import model_path
 
     model = model_path(settings)
-    figures = argparse.Namespace(model=Path(model), paths=args.kernel_paths or ",".join(DEFAULT_PATHS),
+    figures = argparse.Namespace(model=Path(model), paths=args.kernel_paths,
                                  baseline_python=args.baseline_python, prompt_tokens=1000, decode=32, batch=512,
                                  rounds=2, passes=3, threads=0, child=False)
     try:

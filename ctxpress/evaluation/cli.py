@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="default: 24 with --cases (scoring reads the first line only); with --benchmark the "
                          "editors' default (settings.default_max_tokens)")
     ev.add_argument("--peer-server", type=Path, metavar="LLAMA_SERVER",
-                    help="--benchmark: also ask this llama-server binary, same model file, plain FIM prompt")
+                    help="--benchmark: also ask this llama-server binary, same model file, plain FIM prompt "
+                         "(`make peer` builds it from the pinned llama.cpp and prints its path)")
     ev.add_argument("--canonical", action="store_true",
                     help="--benchmark: score the canonical solutions instead of a model (the harness's own check; "
                          "needs no services)")
@@ -64,7 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     be.add_argument("--features", default="", help="optimized mode's switches, as for eval: --features=-prefix_cache")
     be.add_argument("--peer-server", type=Path, metavar="LLAMA_SERVER",
                     help="typing: replay the session against this llama-server binary too, asked as llama.vscode "
-                         "asks (same model file; see ctxpress/evaluation/peer.py)")
+                         "asks (same model file; see ctxpress/evaluation/peer.py); `make peer` builds it from the "
+                         "pinned llama.cpp and prints its path")
     be.add_argument("--via", choices=["lsp", "infill"],
                     help="typing: replay it through `ctxpress lsp` too, as an editor drives it (every keystroke a "
                          "didChange; the forward cache and debounce count), or (infill) through `ctxpress "
@@ -80,9 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     be.add_argument("--jump-rest-ms", type=int, default=0, metavar="MS",
                     help="jump: before each request the cursor rests at its place this long (file_opened with the "
                          "cursor, as the VS Code extension's ctxpress/cursorRest), e.g. 1000; 0: a cold jump")
-    be.add_argument("--kernel-paths", default="auto,amx,avx512,avx2",
+    be.add_argument("--kernel-paths",
                     help="kernels: the CPU kernel paths to measure, each in a process of its own (a path the host "
-                         "cannot run is reported, not run)")
+                         "cannot run, or the build does not hold, is reported, not run; default: auto,amx,avx512,avx2 "
+                         "where llama.cpp holds every variant, auto where `make install` built it for this host)")
     be.add_argument("--baseline-python", metavar="PYTHON",
                     help="kernels: measure this Python's llama.cpp build too, as `today`, the baseline of the ratios "
                          "(default baseline: auto)")

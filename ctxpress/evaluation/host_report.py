@@ -60,7 +60,7 @@ def part_arguments(options: Any) -> list[tuple[str, list[str]]]:
               "--max-seconds", str(options.max_seconds), *files]
     if options.peer_server is not None:
         replay += ["--peer-server", str(options.peer_server)]
-    kernels = ["--scenario", "kernels", "--kernel-paths", options.kernel_paths]
+    kernels = ["--scenario", "kernels", *(["--kernel-paths", options.kernel_paths] if options.kernel_paths else [])]
     if options.baseline_python:
         kernels += ["--baseline-python", options.baseline_python]
     load = ["--scenario", "load", "--editors", str(options.editors), "--minutes", str(options.minutes)]

@@ -8,6 +8,10 @@ third-party code in ``--batch``-token batches (the engine's width) from an empty
 ``--passes`` passes, every other one in reverse order, so a neighbour's load falls on all of them alike. A path this
 host cannot run (AMX on a CPU without it, or where Linux refuses the tile state) is reported, not run.
 
+``make install`` builds llama.cpp for this host alone: one path, which is what the default measures then (``auto``,
+the build's variant named); a path asked for that the build does not hold is reported as not available. A build of
+every variant (``make install LLAMA_VARIANTS=all``) is measured on ``auto``, ``amx``, ``avx512`` and ``avx2``.
+
 ``today`` is another Python whose llama-cpp-python is the build to compare with (``--baseline-python``,
 e.g. a venv built the old way, -march=native without AMX); it runs this same code. The ratios are to
 ``today`` when it is measured, else to ``auto``. Prints progress, a table (per path the best round, which a
@@ -99,6 +103,22 @@ def child(args: argparse.Namespace) -> int:
     return 0
 
 
+def installed_build() -> str:
+    """What this Python's llama-cpp-python holds, in words (nothing is loaded)."""
+    from serving.engine.cpu_kernels import build_kind, installed_lib_dir
+
+    lib_dir = installed_lib_dir()
+    kind = "none" if lib_dir is None else build_kind(lib_dir)
+    return {"variants": "every x86-64 variant of ggml's CPU backend (LLAMA_VARIANTS=all): a path per variant",
+            "host": "built for this host alone (`make install`): one kernel path; "
+                    "`make install LLAMA_VARIANTS=all` builds the others",
+            }.get(kind, "no CPU backend found")
+
+
+def default_paths(build: str) -> tuple[str, ...]:
+    return DEFAULT_PATHS if build.startswith("every") else ("auto",)
+
+
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -143,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, help="GGUF file (default: the packaged target model)")
-    parser.add_argument("--paths", default=",".join(DEFAULT_PATHS),
-                        help="comma-separated, of: " + ", ".join(PATHS) + " (today: with --baseline-python)")
+    parser.add_argument("--paths", help="comma-separated, of: " + ", ".join(PATHS) + " (today: with "
+                        "--baseline-python; default: " + ",".join(DEFAULT_PATHS) + " where llama.cpp holds every "
+                        "variant, auto where it is built for this host alone)")
     parser.add_argument("--baseline-python", help="the Python of the build called `today` (its venv's bin/python)")
     parser.add_argument("--prompt-tokens", type=int, default=1000)
     parser.add_argument("--decode", type=int, default=32)
@@ -164,7 +185,9 @@ def run(args: argparse.Namespace) -> int:
     if args.child:
         return child(args)
 
-    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    build = installed_build()
+    print(f"llama.cpp: {build}", file=sys.stderr, flush=True)
+    paths = [p.strip() for p in (args.paths or ",".join(default_paths(build))).split(",") if p.strip()]
     if args.baseline_python and "today" not in paths:
         paths.insert(0, "today")
     unknown = set(paths) - set(PATHS)
@@ -242,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"load average before {before}, after {after}; prompt {args.prompt_tokens} tokens in {args.batch}-token "
           f"batches, {args.decode} generated tokens; best and median of {args.passes} passes x {args.rounds} rounds; "
           f"ratios of the best")
-    print(json.dumps({"cores": os.cpu_count(), "threads": args.threads or os.cpu_count(),
+    print(json.dumps({"cores": os.cpu_count(), "threads": args.threads or os.cpu_count(), "build": build,
                       "load_before": before, "load_after": after, "baseline": base,
                       "prompt_tokens": args.prompt_tokens, "batch": args.batch, "decode": args.decode,
                       "results": rows, "unavailable": unavailable}))

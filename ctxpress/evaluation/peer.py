@@ -9,8 +9,8 @@ lines after as ``input_suffix``, ``cache_prompt`` on, the plugin's samplers; the
 plugin's ring of extra chunks from other files (none in a one-file replay) and its time caps
 (``t_max_*``), so that both sides predict the same tokens.
 
-llama-server is not part of ctxpress: build it from the llama.cpp sources (llama-cpp-python's sdist
-carries them) and pass its path. Nothing is downloaded.
+llama-server is not part of the appliance: ``make peer`` builds it from the pinned llama.cpp (llama-cpp-python's
+sdist carries the sources) for this host, caches it and prints its path (``--peer-server $(make -s peer)``).
 """
 
 from __future__ import annotations

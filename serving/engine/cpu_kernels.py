@@ -1,23 +1,25 @@
 """Which of llama.cpp's CPU kernels this process runs (AMX, AVX-512 or AVX2), chosen at run time.
 
-llama-cpp-python is built with ggml's CPU backend as loadable variants (``GGML_BACKEND_DL`` and
-``GGML_CPU_ALL_VARIANTS``, the Makefile's install rule): one ``libggml-cpu-<microarch>.so`` per x86-64
-generation beside ``libllama.so``, none of them loaded until asked. Before the first model loads (so
+llama-cpp-python is built with ggml's CPU backend as a loadable library (``GGML_BACKEND_DL``, the Makefile's
+install rule), not loaded until asked: by default the one variant of ggml's list this host runs best
+(``libggml-cpu.so``, compiled with that variant's switches: ``serving/llama_build.py``), or with
+``LLAMA_VARIANTS=all`` one ``libggml-cpu-<microarch>.so`` per x86-64 generation. Before the first model loads (so
 before llama.cpp starts any thread) :func:`load_cpu_backend`:
 
 1. asks Linux for the AMX tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``): without
    it the first tile instruction of a process is an illegal instruction (SIGILL), whatever CPUID says;
 2. scores the variants of the path asked for with ggml's own ``ggml_backend_score`` (0: this CPU lacks
    an instruction set the variant was compiled for) and loads the best, never an AMX one unless the
-   CPU has AMX *and* the kernel granted the tile state.
+   CPU has AMX *and* the kernel granted the tile state. A host build's one library is recognised by its score
+   (which names the switches it was compiled with), so it is reported as its variant (``zen4``…).
 
 ``CTXPRESS_CPU_KERNELS`` (or ``EngineConfig.cpu_kernels``) forces a path: ``auto`` (the default, the
-best this host runs), ``amx``, ``avx512`` or ``avx2``; a path this CPU cannot run is refused with
-:class:`KernelPathUnavailable`, never run. The choice holds for the whole process: ggml keeps one CPU
-backend, so another path needs another process (the tests and ``ctxpress/evaluation/kernel_paths.py`` start one
-per path).
+best this host runs), ``amx``, ``avx512`` or ``avx2``; a path this CPU cannot run, or that this build does not
+hold (a host build holds one), is refused with :class:`KernelPathUnavailable`, never run. The choice holds for the
+whole process: ggml keeps one CPU backend, so another path needs another process (the tests and
+``ctxpress/evaluation/kernel_paths.py`` start one per path).
 
-A llama.cpp built the old way (one ``libggml-cpu.so`` linked in, no variants) still runs: its kernels are
+A llama.cpp built with the CPU backend linked in (no ``GGML_BACKEND_DL``) still runs: its kernels are
 reported as ``builtin`` and only ``auto`` is accepted.
 """
 
@@ -32,25 +34,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxpress_core.errors import InferenceUnavailable
+from serving.llama_build import (
+    ARCH_GET_XCOMP_PERM,
+    ARCH_REQ_XCOMP_PERM,
+    SYS_ARCH_PRCTL,
+    VARIANT_PATHS,
+    XFEATURE_XTILEDATA,
+    cpu_flags,
+    features_of_score,
+    variant_of_score,
+)
 
 ENV = "CTXPRESS_CPU_KERNELS"
 KERNEL_PATHS = ("auto", "amx", "avx512", "avx2")
-
-# ggml's x86-64 variants (ggml/src/CMakeLists.txt, GGML_CPU_ALL_VARIANTS) by the matrix kernels they run.
-VARIANT_PATHS = {
-    "sapphirerapids": "amx",
-    "zen4": "avx512", "cooperlake": "avx512", "icelake": "avx512", "cascadelake": "avx512",
-    "cannonlake": "avx512", "skylakex": "avx512",
-    "alderlake": "avx2", "haswell": "avx2",
-    "piledriver": "avx", "ivybridge": "avx", "sandybridge": "avx",
-    "sse42": "sse", "x64": "sse",
-}
-
-# Linux x86-64: asm/prctl.h and the xstate feature numbers.
-SYS_ARCH_PRCTL = 158
-ARCH_GET_XCOMP_PERM = 0x1022
-ARCH_REQ_XCOMP_PERM = 0x1023
-XFEATURE_XTILEDATA = 18
+HOST_LIBRARY = "libggml-cpu.so"  # a host build's one CPU backend (a build with the backend linked in has it too)
+ALL_VARIANTS = "LLAMA_VARIANTS=all"
 
 
 class KernelPathUnavailable(InferenceUnavailable):
@@ -74,27 +72,45 @@ class CpuBackend:
 
     requested: str  # auto | amx | avx512 | avx2
     path: str  # amx | avx512 | avx2 | avx | sse | builtin
-    variant: str  # ggml's variant name (zen4, haswell, sapphirerapids...) or "builtin"
+    variant: str  # ggml's variant name (zen4, haswell, sapphirerapids...), "native" or "builtin"
     library: Path | None
     amx: AmxPermission
     features: dict[str, str] = field(default_factory=dict)  # ggml_backend_get_features of the backend
     scores: dict[str, int] = field(default_factory=dict)  # the candidates' ggml_backend_score
+    build: str = "variants"  # variants (LLAMA_VARIANTS=all) | host (one variant, this host's) | builtin
 
     def summary(self) -> dict[str, object]:
-        return {"requested": self.requested, "path": self.path, "variant": self.variant,
+        return {"requested": self.requested, "path": self.path, "variant": self.variant, "build": self.build,
                 "amx_cpu": self.amx.cpu_has_amx, "amx_granted": self.amx.granted, "amx_reason": self.amx.reason}
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags as Linux lists them (empty where there is no /proc/cpuinfo)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.partition(":")[2].split())
-    return set()
+def build_kind(lib_dir: Path) -> str:
+    """What llama-cpp-python's ``lib_dir`` holds, by its file names alone (nothing is loaded): ``variants`` (every
+    x86-64 variant, LLAMA_VARIANTS=all), ``host`` (one loadable CPU backend, or the CPU backend linked in: one path
+    either way), or ``none``."""
+    if any(lib_dir.glob("libggml-cpu-*.so")):
+        return "variants"
+    if (lib_dir / HOST_LIBRARY).is_file():
+        return "host"
+    return "none"
+
+
+def installed_lib_dir() -> Path | None:
+    """llama-cpp-python's lib/ in this Python, found without loading it (None: not installed)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "lib"
+
+
+def path_of_features(features: frozenset[str]) -> str:
+    """The kernel path of the switches a CPU backend was compiled with."""
+    for switch, path in (("AMX_INT8", "amx"), ("AVX512", "avx512"), ("AVX2", "avx2"), ("AVX", "avx")):
+        if switch in features:
+            return path
+    return "sse"
 
 
 def _linux_x86_64() -> bool:
@@ -231,15 +247,17 @@ def _load(choice: str) -> CpuBackend:
     ggml, lib_dir = _ggml()
     existing = _cpu_reg(ggml)
     variants = sorted(lib_dir.glob("libggml-cpu-*.so"))
+    if existing is None and not variants and (lib_dir / HOST_LIBRARY).is_file():
+        return _load_host_build(ggml, lib_dir / HOST_LIBRARY, choice, amx)
     if existing is not None or not variants:
         # A build with the CPU backend linked in, or one loaded before us: its kernels are what they are.
         if existing is None:
-            raise KernelPathUnavailable(f"no CPU backend in {lib_dir}: neither libggml-cpu-*.so variants nor a "
+            raise KernelPathUnavailable(f"no CPU backend in {lib_dir}: neither libggml-cpu*.so nor a "
                                         "built-in one (reinstall with `make install`)")
         if choice != "auto":
             raise KernelPathUnavailable(f"this llama.cpp build has no loadable CPU variants in {lib_dir}, so the "
                                         f"{choice} kernels cannot be forced (reinstall with `make install`)")
-        return CpuBackend(choice, "builtin", "builtin", None, amx, _features(ggml, existing))
+        return CpuBackend(choice, "builtin", "builtin", None, amx, _features(ggml, existing), build="builtin")
 
     flags = cpu_flags()
     candidates = [lib for lib in variants
@@ -257,6 +275,32 @@ def _load(choice: str) -> CpuBackend:
         raise KernelPathUnavailable(f"ggml could not load {best}")
     variant = variant_of(best)
     return CpuBackend(choice, path_of(variant), variant, best, amx, _features(ggml, reg), scores)
+
+
+def _load_host_build(ggml: ctypes.CDLL, library: Path, choice: str, amx: AmxPermission) -> CpuBackend:
+    """A host build's one CPU backend (``make install``): its score says whether this CPU runs it and which
+    switches it was compiled with, so which path it is; a path it is not is refused."""
+    if choice == "amx" and not amx.granted:
+        raise KernelPathUnavailable(f"AMX kernels asked for, but the AMX tile state is not available: {amx.reason}")
+    value = _score(library)
+    features = features_of_score(value)
+    if features is None:
+        raise KernelPathUnavailable(f"{library} was compiled for another CPU than this one (ggml's score 0): "
+                                    "`make install` builds llama.cpp for the host it runs on; run it on this host "
+                                    f"(or `make install {ALL_VARIANTS}` for a build that runs on every x86-64 host)")
+    variant = variant_of_score(value) or "native"
+    path = path_of_features(features)
+    if path == "amx" and not amx.granted:
+        raise KernelPathUnavailable(f"this llama.cpp holds only the AMX kernels ({variant}), and the AMX tile state "
+                                    f"is not available: {amx.reason}; `make install` on this host builds without AMX")
+    if choice not in ("auto", path):
+        raise KernelPathUnavailable(f"this llama.cpp is built for this host only, with the {path} kernels "
+                                    f"({variant}): the {choice} kernels are not in it "
+                                    f"(`make install {ALL_VARIANTS}` builds every variant)")
+    reg = ggml.ggml_backend_load(str(library).encode())
+    if not reg:
+        raise KernelPathUnavailable(f"ggml could not load {library}")
+    return CpuBackend(choice, path, variant, library, amx, _features(ggml, reg), {variant: value}, build="host")
 
 
 # What /proc/cpuinfo must list before a path's variants are even opened for scoring (ggml's score then

@@ -1,7 +1,8 @@
 """The CPU kernel path chosen at run time (serving.engine.cpu_kernels), on this machine's CPU and this install's
 llama.cpp: the AMX tile state is asked for and Linux's answer agrees with the CPU; ``auto`` loads the best
 variant the CPU runs and never AMX without the tile state; a forced fallback (AVX2, AVX-512) loads the real
-model and completes; a path the CPU cannot run is refused, never run into an illegal instruction.
+model and completes where the build holds it, and is refused where it does not (a host build holds one path); a
+path the CPU cannot run is refused, never run into an illegal instruction.
 
 ggml keeps one CPU backend a process, so each case runs in a process of its own."""
 
@@ -20,11 +21,22 @@ from pathlib import Path
 
 import pytest
 
-from serving.engine.cpu_kernels import XFEATURE_XTILEDATA, cpu_flags
+from serving.engine.cpu_kernels import XFEATURE_XTILEDATA, build_kind, cpu_flags, installed_lib_dir
+from serving.llama_build import VARIANT_PATHS, amx_tile_state_granted, best_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 X86_LINUX = sys.platform.startswith("linux") and platform.machine() == "x86_64"
 AVX512 = {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"}
+
+
+def installed_build() -> str:
+    lib_dir = installed_lib_dir()
+    return "none" if lib_dir is None else build_kind(lib_dir)
+
+
+def host_path() -> str:
+    """The one kernel path a host build of this machine holds."""
+    return VARIANT_PATHS[best_variant(cpu_flags(), amx_tile_state_granted())]
 
 
 def run_python(code: str, kernels: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -74,7 +86,8 @@ def test_auto_loads_the_best_variant_this_cpu_runs_and_amx_only_with_the_tile_st
         print(json.dumps({**b.summary(), "features": b.features, "scores": b.scores}))
     """))
     print(f"auto: {got['variant']} ({got['path']}), AMX tile state: {got['amx_reason']}, scores {got['scores']}")
-    assert got["path"] != "builtin", "this llama.cpp has no loadable CPU variants: `make install` builds them"
+    assert got["path"] != "builtin", "this llama.cpp has its CPU backend linked in: `make install` builds it loadable"
+    assert got["build"] == installed_build()
     features = {k for k, v in dict(got["features"]).items() if v == "1"}  # type: ignore[call-overload]
     scores = dict(got["scores"])  # type: ignore[call-overload]
     assert scores[got["variant"]] == max(scores.values()) > 0
@@ -108,6 +121,9 @@ COMPLETE = """
 def test_a_forced_fallback_path_loads_the_model_and_completes(model_path: Path, path: str) -> None:
     if path == "avx512" and not AVX512 <= cpu_flags():
         pytest.skip("this CPU has no AVX-512")
+    if installed_build() == "host" and path != host_path():
+        pytest.skip(f"llama.cpp is built for this host ({host_path()} kernels) alone: "
+                    "`make install LLAMA_VARIANTS=all` builds the fallbacks")
     got = last_json(run_python(COMPLETE.format(model=str(model_path)), kernels=path))
     features = {k for k, v in dict(got["features"]).items() if v == "1"}  # type: ignore[call-overload]
     print(f"{path}: {got['variant']} {sorted(features)} completed {got['text']!r}")
@@ -136,6 +152,30 @@ def test_a_path_this_cpu_cannot_run_is_refused_not_run() -> None:
     assert done.returncode != -signal.SIGILL
     assert done.returncode == 0, done.stderr[-2000:]
     assert "refused: AMX kernels asked for, but the AMX tile state is not available" in done.stdout
+
+
+@pytest.mark.skipif(not X86_LINUX, reason="a host build's variants are x86-64's")
+def test_a_host_build_runs_its_one_path_and_refuses_the_others_it_does_not_hold() -> None:
+    if installed_build() != "host":
+        pytest.skip("this llama.cpp holds every variant (LLAMA_VARIANTS=all)")
+    own = host_path()
+    other = "avx2" if own != "avx2" else "avx512"
+    done = run_python("""
+        from serving.engine.cpu_kernels import KernelPathUnavailable, load_cpu_backend
+        try:
+            load_cpu_backend()
+        except KernelPathUnavailable as exc:
+            print("refused:", exc)
+    """, kernels=other)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"refused: this llama.cpp is built for this host only, with the {own} kernels" in done.stdout
+    assert "LLAMA_VARIANTS=all" in done.stdout
+    got = last_json(run_python("""
+        import json
+        from serving.engine.cpu_kernels import load_cpu_backend
+        print(json.dumps(load_cpu_backend().summary()))
+    """, kernels=own))
+    assert got["path"] == own and got["build"] == "host"
 
 
 # ggml's ggml_tile_config_init() (ggml-cpu/amx/mmq.cpp of llama-cpp-python 0.3.36), as it fills the configuration.
@@ -187,7 +227,11 @@ def test_the_kernel_path_benchmark_measures_each_path_in_its_process_and_reports
     print(out)
     assert figures["baseline"] == "auto" and figures["prompt_tokens"] == 64
     rows = figures["results"]
-    assert rows["avx2"]["variant"] in ("haswell", "alderlake") and "AVX512" not in rows["avx2"]["features"]
+    if installed_build() == "host" and host_path() != "avx2":
+        assert "built for this host" in figures["build"]
+        assert "LLAMA_VARIANTS=all" in figures["unavailable"]["avx2"]
+    else:
+        assert rows["avx2"]["variant"] in ("haswell", "alderlake") and "AVX512" not in rows["avx2"]["features"]
     for row in rows.values():
         assert row["prompt_tokens_per_s"] > 0 and row["ms_per_token"] > 0
     assert rows["auto"]["prompt_vs_base"] == 1.0
