@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # for the type checker; at run time ``__getattr__`` below loads them
     from context.build import ContextLibrary, FileView, Prompt
     from context.packing.tokens import exact_counter, file_tokens, memo_sizes, memoized
-    from context.prepare import Prepared
+    from context.prepare import Prepared, request_features
     from context.prompt import cache_key
     from context.sources.retrieval import Retriever
     from context.sources.window import MAX_LINE_CHARS, longest_line
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # for the type checker; at run time ``__getattr__`` below loa
 # What the workers use, and all they may import (the import-linter contract in pyproject.toml).
 __all__ = [
     "MAX_LINE_CHARS", "ContextLibrary", "FileView", "Prepared", "Prompt", "Retriever", "cache_key", "exact_counter",
-    "file_tokens", "longest_line", "memo_sizes", "memoized", "warm_file",
+    "file_tokens", "longest_line", "memo_sizes", "memoized", "request_features", "warm_file",
 ]
 
 # Each name's module. Loaded on first use, so that importing one small module of the library (ctxpress explain, the
@@ -30,7 +30,7 @@ _PUBLIC = {
     "ContextLibrary": "context.build", "FileView": "context.build", "Prompt": "context.build",
     "exact_counter": "context.packing.tokens", "file_tokens": "context.packing.tokens",
     "memo_sizes": "context.packing.tokens", "memoized": "context.packing.tokens",
-    "Prepared": "context.prepare",
+    "Prepared": "context.prepare", "request_features": "context.prepare",
     "cache_key": "context.prompt",
     "Retriever": "context.sources.retrieval",
     "MAX_LINE_CHARS": "context.sources.window", "longest_line": "context.sources.window",

@@ -60,6 +60,10 @@ class ContextLibrary:
     def cache_salt(self, owner: str | None) -> str:
         return prompt.cache_salt(owner, self._salt_secret)
 
+    def cache_key(self, request: CompletionRequest, view: FileView) -> str | None:
+        """The engine's KV key ``build_prompt`` would give the request's prompt, without building it."""
+        return prompt.cache_key(self.model_name, request, request_features(request), view.account or view.owner)
+
     async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prompt:
         """CPU-bound steps run in the loop's default executor; retrieval (never raises, bounded) beside them."""
         loop = asyncio.get_running_loop()

@@ -6,7 +6,6 @@ processed in the engine (max_tokens=0) so that the first keystroke there finds i
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
 import logging
@@ -15,7 +14,7 @@ from concurrent.futures import Executor
 
 from pydantic import ValidationError
 
-from context import MAX_LINE_CHARS, ContextLibrary, Retriever, longest_line, warm_file
+from context import MAX_LINE_CHARS, ContextLibrary, longest_line, warm_file
 from ctxpress_core.errors import CtxpressError, ErrorCode
 from ctxpress_core.features import resolve as resolve_features
 from ctxpress_core.settings import Settings
@@ -23,7 +22,7 @@ from ctxpress_core.wire.v1 import CompletionRequest, ErrorBody, ErrorResponse, F
 from workers import metrics
 from workers.completion.file_store import FileStore
 from workers.completion.fill_behind import FillBehind
-from workers.completion.prompt_plan import PromptPlanner, Sized, planned_key
+from workers.completion.planned_prompts import PlannedPrompts
 from workers.completion.request import within_size_limit
 from workers.grants import Caller
 
@@ -35,15 +34,14 @@ class FileEvents:
     background thread with it."""
 
     def __init__(self, settings: Settings, count_tokens: Callable[[str], int], files: FileStore,
-                 library: ContextLibrary, retriever: Retriever | None, fill: FillBehind, planner: PromptPlanner,
+                 library: ContextLibrary, prompts: PlannedPrompts, fill: FillBehind,
                  authorize: Callable[[str | None, str], Awaitable[Caller]], background: Executor) -> None:
         self.settings = settings
         self.count_tokens = count_tokens
         self.files = files
         self.library = library
-        self.retriever = retriever
+        self.prompts = prompts
         self.fill = fill  # the pre-warm of a cursor's prompt, one per user with the fills behind answers
-        self.planner = planner
         self.authorize = authorize
         self.background = background
 
@@ -91,18 +89,12 @@ class FileEvents:
         would be sent under: a second of rest on a CPU covers a planned prompt, not a full one. The full one is
         filled in behind that request's answer."""
         assert request.text is not None
-        view = caller.view(request.text, content_hash(request.text))
         try:
-            full = await self.library.build_prompt(request, view, self.retriever)
-            plan = (self.planner.plan(full.cache_key, Sized.of(full), self.settings.default_max_tokens,
-                                      self.planner.target_ms) if full.prepared.features.get("plan") else None)
-            planned = (await self.library.build_smaller(request, view, self.retriever, plan.budget_tokens)
-                       if plan is not None else None)
+            # planned within the target alone: a resting cursor has no deadline
+            prompt, _, _ = await self.prompts.choose(request, caller.view(request.text, content_hash(request.text)),
+                                                     self.prompts.planner.target_ms)
         except Exception as exc:  # optional: the first keystroke pays the prompt instead
             metrics.DEGRADED.labels("prewarm", type(exc).__name__).inc()
             log.warning("pre-warming %s failed: %s", request.path, exc)
             return
-        if planned is not None:
-            await self.fill.fill(dataclasses.replace(planned, cache_key=planned_key(planned.cache_key)), "prewarm")
-        else:
-            await self.fill.fill(full, "prewarm")
+        await self.fill.fill(prompt, "prewarm")

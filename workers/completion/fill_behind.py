@@ -27,12 +27,9 @@ class FillBehind:
         self.deadline_s = deadline_s
         self.tasks = LatestPerUser()
 
-    def start(self, user: str | None, prompt: Prompt, why: str) -> None:
-        """Fill ``prompt`` in for ``user``'s next request (``why``: "fill_behind" or "prewarm", for the logs)."""
-        self.tasks.start(user, self.fill(prompt, why))
-
     async def fill(self, prompt: Prompt, why: str) -> None:
-        """Never raises but when cancelled (a failure is logged and counted)."""
+        """``prompt`` processed for its user's next request (``why``: "fill_behind" or "prewarm", for the logs); run
+        in ``tasks`` (one per user). Never raises but when cancelled (a failure is logged and counted)."""
         try:
             result = await complete(self.engine, EngineRequest(
                 prompt.layout.text, 0, cache_key=prompt.cache_key, speculation="none", request_id=uuid.uuid4().hex,

@@ -111,6 +111,10 @@ class PromptPlanner:
         while len(self._held) > MAX_HELD_PROMPTS:
             self._held.popitem(last=False)
 
+    def holds(self, key: str | None) -> bool:
+        """Whether a prompt was sent under ``key`` (the engine may hold some of a new one there)."""
+        return key is not None and key in self._held
+
     def cached_tokens(self, key: str | None, prompt: Sized) -> int:
         """How much of ``prompt`` the engine holds under ``key``: the share of its characters the last prompt
         sent there starts with, in tokens."""

@@ -7,7 +7,6 @@ subjects have modules of their own, reached through ``CompletionService``: cance
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import time
@@ -23,7 +22,6 @@ from ctxpress_core.wire.v1 import (
     CompletionResponse,
     ErrorBody,
     ErrorResponse,
-    PlanReport,
     Timings,
     content_hash,
 )
@@ -39,8 +37,9 @@ from workers.completion.file_store import FileStore
 from workers.completion.fill_behind import FillBehind
 from workers.completion.follow_up import Asked, FollowUps, accepted
 from workers.completion.observe import Observer, observe_retrieval
+from workers.completion.planned_prompts import PlannedPrompts
 from workers.completion.postprocess import CompletionSettled, clean_completion
-from workers.completion.prompt_plan import PromptPlanner, Sized, calibration_prompt, planned_key
+from workers.completion.prompt_plan import PromptPlanner, calibration_prompt
 from workers.completion.request import parse_request
 from workers.grants import Caller, Grants
 from workers.telemetry import TelemetryWriter
@@ -82,8 +81,9 @@ class CompletionService:
         self.cancels = Cancels(settings.max_request_bytes)
         self.planner = PromptPlanner(settings.latency_target_ms, settings.plan_min_tokens)
         self.fill = FillBehind(engine, self.planner, settings.triton_timeout_s)
-        self.file_events = FileEvents(settings, count_tokens, self.files, self.library, retriever, self.fill,
-                                      self.planner, self._authorize, self._low_priority)
+        self.prompts = PlannedPrompts(self.library, self.planner, self.fill, retriever, settings.context_budget_tokens)
+        self.file_events = FileEvents(settings, count_tokens, self.files, self.library, self.prompts, self.fill,
+                                      self._authorize, self._low_priority)
 
     def cache_entries(self) -> dict[str, int]:
         """The size of every per-file and per-request structure the worker keeps (each one bounded)."""
@@ -155,12 +155,9 @@ class CompletionService:
         started = time.perf_counter()
         self.engine_load.admit(self._time_left(request, received_at), caller.user)  # before the context work, too
         view = caller.view(text, digest)
-        built = full = await self.library.build_prompt(request, view, self.retriever)
-        plan = self._plan(request, full, self._time_left(request, received_at), caller.user)
-        if plan is not None:
-            smaller = await self.library.build_smaller(request, view, self.retriever, plan.budget_tokens)
-            built = dataclasses.replace(smaller, cache_key=planned_key(smaller.cache_key))
-            built.prepared.report.plan = plan
+        # under load the plan shrinks rather than refuses
+        left_ms = (self._time_left(request, received_at) - self.engine_load.expected_wait_s(caller.user)) * 1000
+        built, plan, full = await self.prompts.choose(request, view, left_ms)
         prepared = built.prepared
         observe_retrieval(prepared.report.retrieval)
         context_ms = (time.perf_counter() - started) * 1000
@@ -171,18 +168,10 @@ class CompletionService:
         result = await self._infer(request, built, left_s, caller.user)
         self.planner.speed.observe(result)
         if plan is not None:  # the next request here gets the full prompt at the cost of a warm one
-            self.fill.start(caller.user, full, "fill_behind")
+            self.fill.tasks.start(caller.user, self.prompts.fill_full(request, view, full))
         prepared.report.file_tokens = await file_tokens
         queue_ms = (started - received_at) * 1000
         return self._response(request, request_id, prepared, result, received_at, queue_ms, context_ms)
-
-    def _plan(self, request: CompletionRequest, full: Prompt, left_s: float, user: str | None) -> PlanReport | None:
-        """A smaller budget when the full prompt would not answer within the latency target (prompt_plan.py); only
-        where the request names no budget of its own and its file has a KV sequence of its own to fill in."""
-        if request.budget_tokens is not None or not full.prepared.features.get("plan", False):
-            return None
-        wait_ms = self.engine_load.expected_wait_s(user) * 1000  # under load the plan shrinks rather than refuses
-        return self.planner.plan(full.cache_key, Sized.of(full), request.max_tokens, left_s * 1000 - wait_ms)
 
     async def _held_answer(self, held: asyncio.Task[CompletionResponse], request: CompletionRequest,
                            request_id: str, received_at: float) -> CompletionResponse | None:
