@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections import Counter
@@ -30,6 +31,8 @@ class EngineLoad:
         self._alpha = alpha
         self._by_user: Counter[str | None] = Counter()
         self._user_mean_s: dict[str | None, float] = {}  # bounded by the users (a subject's user) seen
+        self.idle = asyncio.Event()  # set while no request of this worker's is at the engine
+        self.idle.set()
 
     @property
     def inflight(self) -> int:
@@ -64,6 +67,7 @@ class EngineLoad:
     @contextlib.contextmanager
     def track(self, user: str | None = None) -> Iterator[None]:
         self._by_user[user] += 1
+        self.idle.clear()
         started = time.perf_counter()
         ok = False
         try:
@@ -73,6 +77,8 @@ class EngineLoad:
             self._by_user[user] -= 1
             if self._by_user[user] <= 0:
                 del self._by_user[user]
+            if not self._by_user:
+                self.idle.set()
             elapsed = time.perf_counter() - started
             # A request that ended without an answer (timed out, cancelled) after longer than the estimate says
             # a request takes at least that long. Without it an engine too slow for every deadline never served

@@ -42,8 +42,12 @@ class PlannedPrompts:
             if plan is None:
                 return full, None, full
         smaller = await self.library.build_smaller(request, view, self.retriever, plan.budget_tokens)
+        smaller = dataclasses.replace(smaller, cache_key=planned_key(smaller.cache_key))
+        if full is not None and (self.planner.expected_ms(smaller.cache_key, Sized.of(smaller), request.max_tokens)
+                                 >= self.planner.expected_ms(key, Sized.of(full), request.max_tokens)):
+            return full, None, full  # the full prompt, mostly held already, costs less than a planned one
         smaller.prepared.report.plan = plan
-        return dataclasses.replace(smaller, cache_key=planned_key(smaller.cache_key)), plan, full
+        return smaller, plan, full
 
     async def fill_full(self, request: CompletionRequest, view: FileView, full: Prompt | None) -> None:
         """The full prompt behind a planned answer (built here where ``choose`` did not)."""

@@ -139,8 +139,9 @@ class PromptPlanner:
             return None
         cached = self.cached_tokens(key, full)
         spare_ms = target - self.speed.decode_ms(max_tokens)
+        # what the time buys, uncached: the planned prompt goes to a sequence of its own (planned_key)
         affordable = int(max(spare_ms, 0.0) / self.speed.prompt_ms_per_token.value)
-        budget = max(self.min_tokens, min(full.budget_tokens, cached + affordable))
+        budget = max(self.min_tokens, min(full.budget_tokens, affordable))
         if budget >= full.budget_tokens:
             return None
         return PlanReport(

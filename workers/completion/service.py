@@ -80,7 +80,7 @@ class CompletionService:
         self._low_priority = low_priority_executor()  # background.py: what no live request waits for
         self.cancels = Cancels(settings.max_request_bytes)
         self.planner = PromptPlanner(settings.latency_target_ms, settings.plan_min_tokens)
-        self.fill = FillBehind(engine, self.planner, settings.triton_timeout_s)
+        self.fill = FillBehind(engine, self.planner, settings.triton_timeout_s, idle=self.engine_load.idle)
         self.prompts = PlannedPrompts(self.library, self.planner, self.fill, retriever, settings.context_budget_tokens)
         self.file_events = FileEvents(settings, count_tokens, self.files, self.library, self.prompts, self.fill,
                                       self._authorize, self._low_priority)
