@@ -13,8 +13,12 @@ from serving.engine_api import EngineRequest, Piece
 
 
 class ScriptedEngine:
-    def __init__(self, answer: str = "", *, step_s: float = 0.0, fail_with: Exception | None = None) -> None:
+    def __init__(self, answer: str = "", *, step_s: float = 0.0, fail_with: Exception | None = None,
+                 preempt_warm_ups: int = 0) -> None:
         self.answer = answer
+        # the first this many warm-ups (max_tokens=0) end "preempted", as the CPU engine ends one when a live
+        # request waits
+        self.preempt_warm_ups = preempt_warm_ups
         self.fail_with = fail_with  # raised once the request has reached it, as a broken model server fails
         self.step_s = step_s  # the time each piece takes: long enough, and a test can cancel mid-stream
         self.requests: list[EngineRequest] = []
@@ -37,6 +41,9 @@ class ScriptedEngine:
                 return
             yield Piece(word)
         finish = "length" if words and len(words) == request.max_tokens else "stop"
+        if request.max_tokens == 0:
+            finish = "preempted" if self.preempt_warm_ups > 0 else "length"
+            self.preempt_warm_ups -= 1
         yield Piece("", {inference.CTX_PROMPT_TOKENS: len(request.prompt) // 4,
                          inference.CTX_COMPLETION_TOKENS: len(words)}, finish)
 
