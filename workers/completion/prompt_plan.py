@@ -19,6 +19,7 @@ from context import Prompt
 from ctxpress_core import inference
 from ctxpress_core.wire.v1 import PlanReport
 from serving.engine_api import CompletionResult
+from syntax.textdiff import common_prefix_len
 
 # Before the first measurement of each (a plan waits for the prompt's: no guess makes a fast engine's prompts small).
 PRIOR_PROMPT_MS_PER_TOKEN = 8.0
@@ -121,7 +122,7 @@ class PromptPlanner:
         held = self._held.get(key) if key is not None else None
         if not held or not prompt.text:
             return 0
-        shared = _common_prefix(held, prompt.text)
+        shared = common_prefix_len(held, prompt.text)
         return int(prompt.context_tokens * shared / len(prompt.text))
 
     def expected_ms(self, key: str | None, prompt: Sized, max_tokens: int) -> float:
@@ -167,15 +168,3 @@ def calibration_prompt(nonce: str) -> str:
     body = "".join(f"def scale_{i}(values, factor={i}):\n    return [v * factor + {i} for v in values]\n\n"
                    for i in range(12))
     return f"# {nonce}\n{body}def total(values):\n    return "
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """The length of the longest common prefix of two strings: bisection over slice comparisons, which run in C."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

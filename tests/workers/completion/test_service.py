@@ -212,16 +212,23 @@ async def test_a_resting_cursor_gets_the_prompt_its_request_will_be_sent_process
     assert engine.requests[1].prompt == warmed.prompt and engine.requests[1].cache_key == warmed.cache_key
 
 
-async def test_a_fill_the_engine_preempted_is_sent_again_and_only_a_whole_one_counts_as_held() -> None:
-    engine = ScriptedEngine("helper_1(values)\n", preempt_warm_ups=2)
+def _on_a_slow_cpu(engine: ScriptedEngine) -> CompletionService:
+    """A service whose engine measured as a 2-core CPU's: a long file's full prompt is planned smaller."""
     service = _service(engine)
     for _ in range(20):
         service.planner.speed.prompt_ms_per_token.update(10.0)
         service.planner.speed.decode_ms_per_token.update(90.0)
-    line = LONG.count("\n") - 1
-    ask = json.dumps({"repository": "r", "path": "long.py", "text": LONG, "line": line, "column": 11,
-                      "max_tokens": 16}).encode()
-    await service.handle(ask, time.perf_counter(), user="bob")
+    return service
+
+
+LONG_ASK = json.dumps({"repository": "r", "path": "long.py", "text": LONG, "line": LONG.count("\n") - 1,
+                       "column": 11, "max_tokens": 16}).encode()
+
+
+async def test_a_fill_the_engine_preempted_is_sent_again_and_only_a_whole_one_counts_as_held() -> None:
+    engine = ScriptedEngine("helper_1(values)\n", preempt_warm_ups=2)
+    service = _on_a_slow_cpu(engine)
+    await service.handle(LONG_ASK, time.perf_counter(), user="bob")
     await asyncio.gather(*service.fill.tasks.unfinished())
     fills = [r for r in engine.requests if r.max_tokens == 0]
     assert len(fills) == 3 and len({r.prompt for r in fills}) == 1  # preempted twice, then whole
@@ -230,16 +237,10 @@ async def test_a_fill_the_engine_preempted_is_sent_again_and_only_a_whole_one_co
 
 async def test_a_fill_preempted_every_time_is_never_counted_as_held() -> None:
     engine = ScriptedEngine("helper_1(values)\n", preempt_warm_ups=1000)
-    service = _service(engine)
-    for _ in range(20):
-        service.planner.speed.prompt_ms_per_token.update(10.0)
-        service.planner.speed.decode_ms_per_token.update(90.0)
-    line = LONG.count("\n") - 1
-    ask = json.dumps({"repository": "r", "path": "long.py", "text": LONG, "line": line, "column": 11,
-                      "max_tokens": 16}).encode()
-    await service.handle(ask, time.perf_counter(), user="bob")
+    service = _on_a_slow_cpu(engine)
+    await service.handle(LONG_ASK, time.perf_counter(), user="bob")
     await asyncio.gather(*service.fill.tasks.unfinished())
     fills = [r for r in engine.requests if r.max_tokens == 0]
     assert len(fills) == 21 and not service.planner.holds(fills[0].cache_key)  # bounded: 1 + MAX_RESUMES
-    again = json.loads(await service.handle(ask, time.perf_counter(), user="bob"))
+    again = json.loads(await service.handle(LONG_ASK, time.perf_counter(), user="bob"))
     assert again["context"]["plan"] is not None  # still planned: the engine does not hold the full prompt
