@@ -134,9 +134,10 @@ def _walk_through(page: Page, context: BrowserContext, base: str, settings: Sett
 
     replies = run_async(lambda: _complete_and_feedback(first, accept=2, n=3))
     assert [r.get("completion") for r in replies] == ["a + b"] * 3, replies
-    for _ in range(50):  # the worker writes telemetry every 0.1 s, off the request's path
+    for _ in range(50):  # the worker writes telemetry in batches, off the request's path: wait for all 3 shown
         page.goto(f"{base}/usage?period=1h&by=member")
-        if page.inner_text("#acceptance") != "–":
+        row = page.locator("#groups tr", has_text="alice")
+        if row.count() and row.inner_text().split("\t")[2:4] == ["3", "2"]:
             break
         page.wait_for_timeout(200)
     assert page.inner_text("#acceptance") == "66.7%"  # 2 accepted of 3 shown
