@@ -2,16 +2,19 @@
 wanders, measured so that a restructuring can be judged by it (issue #33).
 
 One cold request (a fresh file session: the parse and warm-up included; with ``--after``, a jump in the open
-file) on SQLAlchemy's engine/result.py is traced with ``sys.setprofile``. The *current module* is the module
-of the innermost project frame; each change of it starts a *stay*; calls from one stay into the same module (a
-loop, a generator resumed) are one step.
+file) on SQLAlchemy's engine/result.py is traced with ``sys.setprofile``: its prompt, as the completion worker
+builds it (``ContextLibrary.build_prompt``, no retriever; its executor steps run on the traced thread). The
+*current module* is the module of the innermost project frame; each change of it starts a *stay*; calls from one
+stay into the same module (a loop, a generator resumed) are one step.
 Reported:
 
 - stays, and the modules entered (distinct);
 - returns: stays in a module already left once (stays − modules);
 - climbs: calls from a module into one of a higher layer (the layers of pyproject's import contract), i.e.
   control handed back up through a callback or a closure;
-- crossings between top-level packages, each direction.
+- crossings between top-level packages, each direction;
+- depth: the module-to-module calls from ``build_prompt``'s module to the first assembly stage entered (STAGES),
+  with their path (issue #45: how many layers of orchestration stand between the request and the assembly).
 
     python -m benchmarks.request_walk [--sequence] [--fold-leaves] [--after LINE]
 """
@@ -19,26 +22,33 @@ Reported:
 from __future__ import annotations
 
 import argparse
+import asyncio
+import hashlib
+import itertools
 import sys
 import tomllib
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from context.prepare import ContextPreparer
-from context.session import FileSessions
+from context.build import ContextLibrary, FileView
 from ctxpress.evaluation.bench import third_party_root
 from ctxpress.evaluation.cases import cut_out
 from ctxpress_core.settings import Settings, get_settings
-from ctxpress_core.wire.v1 import CompletionRequest, content_hash
+from ctxpress_core.wire.v1 import CompletionRequest
 from syntax.warm import warm_up
 from workers.completion.worker import load_tokenizer
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 FILE = "engine/result.py"
 LINE, COLUMN = 1500, 8
+# The assembly's stages, and what they share (context/assembly/): the end of the depth's path.
+STAGES = frozenset({"context.assembly.selection", "context.assembly.below", "context.assembly.steady",
+                    "context.assembly.state"})
+_ENTERED = itertools.count()  # the order nodes are first entered in
 
 
 def layer_ranks() -> tuple[dict[str, int], tuple[str, ...]]:
@@ -58,6 +68,7 @@ class Node:
 
     module: str
     children: list[Node] = field(default_factory=list)
+    entered: int = field(default_factory=lambda: next(_ENTERED))
 
     def child(self, module: str) -> Node:
         """The child for this call: a repeated call from the same stay (a loop, a generator resumed, another
@@ -80,6 +91,13 @@ class Node:
 
     def edges(self) -> list[tuple[str, str]]:
         return [e for c in self.children for e in [(self.module, c.module), *c.edges()]]
+
+    def first(self, modules: frozenset[str]) -> tuple[int, list[str]] | None:
+        """The path (this module first) to the first node below this one entered in one of ``modules``, with
+        when it was entered; None: none is."""
+        found = [(c.entered, [c.module]) if c.module in modules else c.first(modules) for c in self.children]
+        first = min(filter(None, found), default=None)
+        return first and (first[0], [self.module, *first[1]])
 
 
 @dataclass
@@ -122,17 +140,38 @@ class Walk:
         return Counter((a, b) for a, b in packages if a != b)
 
 
+class InlineExecutor(ThreadPoolExecutor):
+    """Runs each call at once on the calling thread: ``sys.setprofile`` sees one thread, so the steps
+    ``build_prompt`` hands its loop's executor are traced, and where they are called from."""
+
+    def submit(self, fn: Callable[..., object], /, *args: object, **kwargs: object) -> Future[object]:
+        done: Future[object] = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
+
+
+def build(library: ContextLibrary, request: CompletionRequest, view: FileView) -> object:
+    async def inline() -> object:
+        asyncio.get_running_loop().set_default_executor(InlineExecutor())
+        return await library.build_prompt(request, view, None)
+
+    return asyncio.run(inline())
+
+
 def one_request(settings: Settings, count_tokens: Callable[[str], int], after: int | None = None
                 ) -> Callable[[], object]:
-    """The traced call: the in-file context of one request, as the completion worker prepares it: the file's first
-    (cold: its parse and warm-up included) or, ``after`` a request at that line, a jump in an open file."""
+    """The traced call: the prompt of one request, as the completion worker builds it: the file's first (cold: its
+    parse and warm-up included) or, ``after`` a request at that line, a jump in an open file."""
     text, _ = cut_out((third_party_root() / FILE).read_text(encoding="utf-8"), LINE, COLUMN)
     request = CompletionRequest(repository="sqlalchemy", path=FILE, text=text, line=LINE, column=COLUMN)
-    preparer = ContextPreparer(settings, count_tokens, FileSessions())
-    digest = content_hash(text)
+    library = ContextLibrary(settings, count_tokens, settings.model_name)
+    view = FileView(text, hashlib.sha256(text.encode()).hexdigest(), None, ("sqlalchemy",))
     if after is not None:
-        preparer.prepare(request.model_copy(update={"line": after, "column": 0}), text, digest, owner=None)
-    return lambda: preparer.prepare(request, text, digest, owner=None)
+        build(library, request.model_copy(update={"line": after, "column": 0}), view)
+    return lambda: build(library, request, view)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     for a, b in top.edges():
         if walk.rank(b) > walk.rank(a):
             print(f"  climb {a} -> {b}")
+    first = top.first(STAGES)
+    print(f"depth {len(first[1]) - 1}: {' -> '.join(first[1])}" if first else "depth: no assembly stage entered")
     return 0
 
 
