@@ -20,9 +20,9 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from context.assembly import in_file_context
 from context.options import AssemblyOptions
 from context.packing.tokens import exact_counter, memoized
-from context.prepare import in_file_context
 from context.session import FileSession
 from context.warm import warm_file
 

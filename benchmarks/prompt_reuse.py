@@ -16,8 +16,8 @@ import random
 import sys
 from pathlib import Path
 
+from context.assembly import in_file_context
 from context.packing.tokens import exact_counter, memoized
-from context.prepare import in_file_context
 from context.session import FileSession
 from context.warm import warm_file
 from serving.fim import fim_prompt

@@ -1,8 +1,9 @@
 """The entry point of the context library: ``ContextLibrary.build_prompt(request, file_view, retriever)``, the
-prompt of one completion request, straight through: the request's features resolved once, the file's in-file
-context (context/prepare.py), the cross-file chunks beside it when the request wants them, then the prompt's
-fill-in-the-middle layout, the engine's KV key and the speculation mode. Whoever calls it (the NATS worker, a
-benchmark) owns the file's text and the reader's grants; the library owns each file's session."""
+prompt of one completion request, straight through: what the request settles once (its features, budget and
+language: context/prepare.py), the file's in-file context (context/assembly/), the cross-file chunks beside it
+when the request wants them, then the prompt's fill-in-the-middle layout, the engine's KV key and the
+speculation mode. Whoever calls it (the NATS worker, a benchmark) owns the file's text and the reader's grants;
+the library owns each file's session."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from context import prompt
+from context.assembly import in_file_context
 from context.chunks import CrossFileChunks
-from context.prepare import ContextPreparer, Prepared, request_features
+from context.prepare import Prepared, prepared, request_features, settle
 from context.session import FileSessions
-from context.sources.retrieval import Retriever
-from context.sources.window import MAX_LINE_CHARS, longest_line
+from context.sources.retrieval import Retrieval, Retriever
+from context.sources.window import MAX_LINE_CHARS
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import CompletionRequest
 
@@ -49,10 +51,11 @@ class ContextLibrary:
     """One per worker: its settings, token counter and model, and the sessions of the files it has seen."""
 
     def __init__(self, settings: Settings, count_tokens: Callable[[str], int], model_name: str) -> None:
+        self.settings = settings
+        self.count_tokens = count_tokens
         self.model_name = model_name
         # per (owner, repository, path): its parsed versions, steady excerpts and held cross-file chunks
         self.sessions = FileSessions()
-        self.preparer = ContextPreparer(settings, count_tokens, self.sessions)
         self.chunks = CrossFileChunks(count_tokens, self.sessions)
         secret = settings.cache_salt_secret
         self._salt_secret = secret.get_secret_value().encode() if secret is not None else None
@@ -65,23 +68,27 @@ class ContextLibrary:
         return prompt.cache_key(self.model_name, request, request_features(request), view.account or view.owner)
 
     async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prompt:
-        """CPU-bound steps run in the loop's default executor; retrieval (never raises, bounded) beside them."""
+        """CPU-bound steps run in the loop's default executor; retrieval (never raises, bounded) beside the in-file
+        context. The session's steady excerpts are its owner's own."""
         loop = asyncio.get_running_loop()
-        longest = await loop.run_in_executor(None, longest_line, view.text)
-        features = request_features(request)
-        preparing = loop.run_in_executor(None, functools.partial(
-            self.preparer.prepare, request, view.text, view.digest, owner=view.owner, longest_line=longest,
-            features=features))
+        settled = await loop.run_in_executor(None, settle, request, view.text, self.settings)
+        session = self.sessions.get(request.repository, request.path, view.owner) if settled.crop else None
+        in_file = loop.run_in_executor(None, functools.partial(
+            in_file_context, settled.text, request.path, request.line, settled.column, count_tokens=self.count_tokens,
+            options=settled.options, crop=settled.crop, session=session, window_lines=self.settings.window_lines))
+        retrieval: Retrieval | None = None
         # nor retrieval for lines too long to parse: every pass over such a line costs in proportion to its length
-        if retriever is None or longest > MAX_LINE_CHARS or not self.chunks.wanted(features):
-            prepared = await preparing
+        if retriever is None or settled.longest_line > MAX_LINE_CHARS or not self.chunks.wanted(settled.features):
+            ctx = await in_file
         else:
-            prepared, retrieval = await asyncio.gather(
-                preparing, self.chunks.retrieve(retriever, request, view.text, view.owner, view.repositories))
-            await loop.run_in_executor(None, self.chunks.add, prepared, retrieval, request, view.owner)
-        return Prompt(prompt.fim_layout(prepared), prepared,
-                      prompt.cache_key(self.model_name, request, prepared.features, view.account or view.owner),
-                      prompt.speculation(request, prepared.features), self.cache_salt(view.account or view.owner))
+            ctx, retrieval = await asyncio.gather(
+                in_file, self.chunks.retrieve(retriever, request, view.text, view.owner, view.repositories))
+        built = prepared(ctx, settled, view.digest)
+        if retrieval is not None:
+            await loop.run_in_executor(None, self.chunks.add, built, retrieval, request, view.owner)
+        return Prompt(prompt.fim_layout(built), built,
+                      prompt.cache_key(self.model_name, request, built.features, view.account or view.owner),
+                      prompt.speculation(request, built.features), self.cache_salt(view.account or view.owner))
 
     async def build_smaller(self, request: CompletionRequest, view: FileView, retriever: Retriever | None,
                             budget_tokens: int) -> Prompt:

@@ -12,10 +12,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from context.assembly import in_file_context
 from context.model import AssembledContext, ContextBlock
 from context.options import AssemblyOptions
 from context.packing.tokens import rough_token_count
-from context.prepare import in_file_context
 from ctxpress_core.languages import normalize_language
 from ctxpress_core.settings import get_settings
 

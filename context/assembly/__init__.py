@@ -1,8 +1,11 @@
-"""The assembly: the in-file context of one completion request cropped to its budget by the file's syntax, with
-its explanation. Which strategy a request gets (the window, the whole file, or this) is context/prepare.py's
-choice; the assembly either gives its prompt or raises ``AssemblyFailed``.
+"""The in-file context of one completion request, and the one place its strategy is chosen
+(``in_file_context``): the window around the cursor (``crop`` off: mode=baseline, the feature off, or a file with
+lines too long to parse, cut), the whole file when it fits the budget (feature ``whole_file``), else the assembly:
+the file cropped to the budget by its syntax, with its explanation; and the window again when the assembly fails
+(``AssemblyFailed``): logged, counted in ``FALLBACK_COUNTS``, and the request still gets a prompt. CPU-bound:
+runs in an executor.
 
-Pipeline: parse (cached, incremental) -> symbol table -> the excerpts held while the user types in one block
+The assembly: parse (cached, incremental) -> symbol table -> the excerpts held while the user types in one block
 (steady.py), else: enclosing block (mandatory) -> candidates from each source (class header, references, recent
 edits, imports/constants, similar lines, nearby lines, neighbours) -> one packing pass in priority order under the
 token budget -> rendering (excerpts in file order, then the enclosing block up to the cursor) -> a check of the
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
+from dataclasses import replace
 
 from context.assembly import steady
 from context.assembly.below import fill_below
@@ -22,49 +27,94 @@ from context.assembly.state import Assembly, AssemblyFailed, Clock
 from context.model import AssembledContext, ContextBlock
 from context.options import DEFAULT_OPTIONS, AssemblyOptions
 from context.packing.pack import Candidate, Form
-from context.packing.tokens import TokenCounter, memoized
+from context.packing.tokens import TokenCounter, file_tokens, memoized
 from context.session import FileSession
+from context.sources.whole_file import whole_file_context
+from context.sources.window import baseline_window, clamp_cursor
+from context.warm import warm_file
 from syntax.grammars import detect_language, is_supported
 from syntax.summaries import outline_of
 from syntax.symbols.table import cheap_symbols, extract_symbols
 
-__all__ = ["AssemblyFailed", "assemble_context"]
+__all__ = ["FALLBACK_COUNTS", "AssemblyFailed", "in_file_context"]
 
 log = logging.getLogger("ctxpress.context")
 
+# The window sent instead of the assembly, by cause (AssemblyFailed.cause).
+FALLBACK_COUNTS: Counter[str] = Counter()
 
-def assemble_context(text: str, path: str, line: int, column: int, *, count_tokens: TokenCounter,
-                     options: AssemblyOptions = DEFAULT_OPTIONS,
-                     session: FileSession | None = None) -> AssembledContext:
-    """The excerpts and the enclosing block for a cursor at 0-based (line, column) of ``text``. ``count_tokens``:
-    memoised here if it is not. ``session``: the file's (its parsed versions and held excerpts are used and updated);
-    None: a session of this call only. Raises ``AssemblyFailed`` (unsupported language, parse failure, a block
-    over the budget alone, an exception, or more than ``options.timeout_ms`` of CPU time)."""
-    # The timeout is on the assembly's own CPU time, not wall time: on the embedded appliance the
-    # CPU engine shares the cores, and a thread that waits for a core has done no work worth
-    # throwing away (the window would wait for the same core). A file that is truly slow
-    # to assemble still trips it; wall time is reported in ``elapsed_ms`` and the timings.
-    clock = Clock(time.thread_time() + options.timeout_ms / 1000.0, options.timeout_ms)
+
+def in_file_context(text: str, path: str, line: int, column: int, *, count_tokens: TokenCounter,
+                    options: AssemblyOptions = DEFAULT_OPTIONS, crop: bool = True, session: FileSession | None = None,
+                    window_lines: int = 200) -> AssembledContext:
+    """The in-file context for a cursor at 0-based (line, column) of ``text``, within ``options.budget_tokens``:
+    the window unless ``crop``, else the whole file, the assembly, or the window when that fails (unsupported
+    language, parse failure, a block over the budget alone, an exception, or more than ``options.timeout_ms`` of
+    CPU time). ``session``: the file's (its parsed versions and held excerpts are used and updated); None: one of
+    this call only. ``window_lines``: the window's lines either side of the cursor (the settings' window_lines)."""
+    if session is not None and not session.parsed():
+        # A file's first request, no file_opened before it: its warm-up (in proportion to the file) is done outside
+        # the assembly's deadline, which is for the work at each keystroke; else a long file's first request would
+        # fall back to the window every time, and the prompt of its next request share nothing with it.
+        warm_file(session, text, options.language, count_tokens=count_tokens)
+    t0 = time.perf_counter()
     lang = options.language or detect_language(path, text)
-    if lang is None or not is_supported(lang):
-        raise AssemblyFailed("unsupported-language", f"unsupported language: {lang or 'unknown'}")
-    session, count_tokens = session if session is not None else FileSession("", path), memoized(count_tokens)
-    try:
-        a = _parsed(text, path, lang, line, column, count_tokens, options, clock, session)
-        key = steady.key(options, lang)
-        kept = steady.lookup(session.steady, text, key, options.recent_edit_lines) if options.steady_excerpts else None
-        reused = steady.kept_excerpts(a, kept) if kept is not None else None
-        if kept is not None:
-            clock.check("steady")
-        if reused is None:
-            return _packed(a, session, key)
-        assembled, session.steady = reused
-        return assembled
-    except AssemblyFailed:
-        raise
-    except Exception as exc:  # never fail the request over its context: the window is sent, and why is said
-        log.exception("context assembly failed for %s", path)
-        raise AssemblyFailed("error", f"error: {type(exc).__name__}: {exc}") from exc
+    count_tokens = memoized(count_tokens)
+    ctx = None if crop else _window(text, line, column, count_tokens, options.budget_tokens, window_lines)
+    if ctx is None and options.whole_file and lang is not None and is_supported(lang):
+        ctx = whole_file_context(text, line, column, count_tokens, options.budget_tokens)
+    if ctx is None:
+        # The timeout is on the assembly's own CPU time, not wall time: on the embedded appliance the CPU engine
+        # shares the cores, and a thread that waits for a core has done no work worth throwing away (the window
+        # would wait for the same core). A file that is truly slow to assemble still trips it; wall time is
+        # reported in ``elapsed_ms`` and the timings.
+        clock = Clock(time.thread_time() + options.timeout_ms / 1000.0, options.timeout_ms)
+        options = replace(options, language=lang)
+        session = session if session is not None else FileSession("", path)
+        try:
+            if lang is None or not is_supported(lang):
+                raise AssemblyFailed("unsupported-language", f"unsupported language: {lang or 'unknown'}")
+            a = _parsed(text, path, lang, line, column, count_tokens, options, clock, session)
+            key = steady.key(options, lang)
+            kept = (steady.lookup(session.steady, text, key, options.recent_edit_lines)
+                    if options.steady_excerpts else None)
+            reused = steady.kept_excerpts(a, kept) if kept is not None else None
+            if kept is not None:
+                clock.check("steady")
+            if reused is None:
+                ctx = _packed(a, session, key)
+            else:
+                ctx, session.steady = reused
+        except Exception as exc:  # never fail the request over its context: the window is sent, and why is said
+            failed = exc if isinstance(exc, AssemblyFailed) else AssemblyFailed(
+                "error", f"error: {type(exc).__name__}: {exc}")
+            if failed is not exc:
+                log.exception("context assembly failed for %s", path)
+            FALLBACK_COUNTS[failed.cause] += 1
+            log.warning("context fallback to baseline window for %s: %s", path, failed.reason)
+            ctx = _window(text, line, column, count_tokens, options.budget_tokens, window_lines, failed.reason)
+    counting = options.exact_file_tokens and not ctx.file_tokens_exact  # the whole file's count is exact already
+    t_count = time.perf_counter()
+    counted = ctx.file_tokens if ctx.file_tokens_exact else file_tokens(
+        text, count_tokens if counting else None, shown_chars=len(ctx.prefix) + len(ctx.suffix),
+        shown_tokens=ctx.context_tokens)
+    timings = ({**ctx.timings_ms, "file_tokens": (time.perf_counter() - t_count) * 1000.0} if counting
+               else ctx.timings_ms)
+    return replace(ctx, path=path, language=lang, line=line, column=column, budget_tokens=options.budget_tokens,
+                   file_lines=text.count("\n") + 1, file_tokens=counted,
+                   file_tokens_exact=ctx.file_tokens_exact or options.exact_file_tokens, timings_ms=timings,
+                   elapsed_ms=(time.perf_counter() - t0) * 1000.0)
+
+
+def _window(text: str, line: int, column: int, count_tokens: TokenCounter, budget: int, window_lines: int,
+            fallback_reason: str | None = None) -> AssembledContext:
+    line, column = clamp_cursor(text, line, column)
+    w = baseline_window(text, line, column, count_tokens=count_tokens, window_lines=window_lines, budget_tokens=budget)
+    return AssembledContext(
+        # counted whole: per-line sums (used for packing) overcount at line seams
+        prefix=w.prefix, suffix=w.suffix, blocks=[], dropped=[], fallback_reason=fallback_reason,
+        strategy="window-fallback" if fallback_reason else "window",
+        file_tokens=0, context_tokens=count_tokens(w.prefix) + count_tokens(w.suffix), elapsed_ms=0.0, window=w)
 
 
 def _parsed(text: str, path: str, lang: str, line: int, column: int, count_tokens: TokenCounter,

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from ctx_samples import CROP_ONLY
 
+from context.assembly import in_file_context
 from context.options import AssemblyOptions
-from context.prepare import in_file_context
 
 
 def _source() -> tuple[str, int, int]:

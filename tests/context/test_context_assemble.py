@@ -11,10 +11,9 @@ import pytest
 from ctx_samples import CROP_ONLY, PYTHON, split_cursor
 from longfile import long_python_file
 
-from context.assembly import AssemblyFailed, assemble_context
+from context.assembly import FALLBACK_COUNTS, in_file_context
 from context.model import AssembledContext
 from context.options import AssemblyOptions
-from context.prepare import FALLBACK_COUNTS, in_file_context
 from context.session import FileSession
 from context.sources.window import baseline_window
 from ctxpress.explain import explain
@@ -193,18 +192,28 @@ def test_unsupported_language_falls_back_and_is_counted(count_tokens: Counter) -
     assert FALLBACK_COUNTS["unsupported-language"] == before + 1
 
 
-def test_timeout_raises_and_the_window_is_sent_instead(count_tokens: Counter) -> None:
+def test_a_timeout_sends_the_window_instead(count_tokens: Counter) -> None:
     text, line, column = split_cursor(PYTHON)
     options = AssemblyOptions(timeout_ms=0.0, **CROP_ONLY)
-    with pytest.raises(AssemblyFailed) as failed:
-        assemble_context(text, "orderbook_timeout.py", line, column, count_tokens=count_tokens, options=options)
-    assert failed.value.cause == "timeout"
     before = FALLBACK_COUNTS["timeout"]
     ctx = in_file_context(text, "orderbook_timeout.py", line, column, count_tokens=count_tokens, options=options)
     window = baseline_window(text, line, column, count_tokens=count_tokens, budget_tokens=options.budget_tokens)
     assert (ctx.strategy, ctx.prefix, ctx.suffix) == ("window-fallback", window.prefix, window.suffix)
     assert "exceeded" in (ctx.fallback_reason or "")
     assert FALLBACK_COUNTS["timeout"] == before + 1
+
+
+def test_an_exception_in_a_stage_sends_the_window_instead(count_tokens: Counter,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: object) -> None:
+        raise ValueError("broken stage")
+
+    monkeypatch.setattr("context.assembly.pack_beside", broken)
+    text, line, column = split_cursor(PYTHON)
+    before = FALLBACK_COUNTS["error"]
+    ctx = _ctx(text, line, column, count_tokens)
+    assert (ctx.strategy, ctx.fallback_reason) == ("window-fallback", "error: ValueError: broken stage")
+    assert FALLBACK_COUNTS["error"] == before + 1
 
 
 def test_parse_failure_falls_back(count_tokens: Counter) -> None:

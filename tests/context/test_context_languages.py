@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 from ctx_samples import CROP_ONLY, EXPECTED, SAMPLES, split_cursor
 
+from context.assembly import in_file_context
 from context.options import AssemblyOptions
-from context.prepare import in_file_context
 from context.session import FileSession
 
 

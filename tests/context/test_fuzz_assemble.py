@@ -8,8 +8,8 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from context.assembly import in_file_context
 from context.options import AssemblyOptions
-from context.prepare import in_file_context
 from ctxpress_core.languages import KNOWN_LANGUAGES
 from workers.completion.postprocess import clean_completion
 

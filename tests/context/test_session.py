@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from ctx_samples import CROP_ONLY
 
+from context.assembly import in_file_context
 from context.model import AssembledContext
 from context.options import AssemblyOptions
-from context.prepare import in_file_context
 from context.session import FileSession, FileSessions
 
 Counter = Callable[[str], int]

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from ctx_samples import CROP_ONLY
 
+from context.assembly import in_file_context
 from context.options import AssemblyOptions
-from context.prepare import in_file_context
 from context.sources.similar import MAX_SNIPPETS, similar_candidates
 from syntax.parsed_file import parse_text
 

@@ -7,11 +7,10 @@ from collections.abc import Callable
 from ctx_samples import CROP_ONLY
 from longfile import long_python_file
 
-from context.assembly import steady
+from context.assembly import in_file_context, steady
 from context.model import AssembledContext
 from context.options import AssemblyOptions
 from context.packing.pack import Segment
-from context.prepare import in_file_context
 from context.session import FileSession
 from syntax.parsed_file import parse_text
 from syntax.symbols.table import extract_symbols
