@@ -22,6 +22,9 @@ from context.sources.window import MAX_LINE_CHARS
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import CompletionRequest
 
+# A planned prompt's window starts on a line that is a multiple of this: at ~10 tokens a line, a 256-token plan's
+# prefix shows 4 lines fewer on average, and the start stays put while ~8 lines' worth is typed.
+PLANNED_WINDOW_GRID = 8
 
 @dataclass(frozen=True)
 class FileView:
@@ -67,15 +70,18 @@ class ContextLibrary:
         """The engine's KV key ``build_prompt`` would give the request's prompt, without building it."""
         return prompt.cache_key(self.model_name, request, request_features(request), view.account or view.owner)
 
-    async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None) -> Prompt:
+    async def build_prompt(self, request: CompletionRequest, view: FileView, retriever: Retriever | None,
+                           window_grid: int = 1) -> Prompt:
         """CPU-bound steps run in the loop's default executor; retrieval (never raises, bounded) beside the in-file
-        context. The session's steady excerpts are its owner's own."""
+        context. The session's steady excerpts are its owner's own. ``window_grid``: a window's first line is a
+        multiple of it (in_file_context)."""
         loop = asyncio.get_running_loop()
         settled = await loop.run_in_executor(None, settle, request, view.text, self.settings)
         session = self.sessions.get(request.repository, request.path, view.owner) if settled.crop else None
         in_file = loop.run_in_executor(None, functools.partial(
             in_file_context, settled.text, request.path, request.line, settled.column, count_tokens=self.count_tokens,
-            options=settled.options, crop=settled.crop, session=session, window_lines=self.settings.window_lines))
+            options=settled.options, crop=settled.crop, session=session, window_lines=self.settings.window_lines,
+            window_grid=window_grid))
         retrieval: Retrieval | None = None
         # nor retrieval for lines too long to parse: every pass over such a line costs in proportion to its length
         if retriever is None or settled.longest_line > MAX_LINE_CHARS or not self.chunks.wanted(settled.features):
@@ -94,7 +100,9 @@ class ContextLibrary:
                             budget_tokens: int) -> Prompt:
         """The prompt of ``request`` within ``budget_tokens`` (a plan smaller than its budget): the window around
         the cursor (feature ``crop`` off), which at a plan's few hundred tokens scores better than the assembly's
-        excerpts (docs/measurements/latency.md). The file's session is left as the full prompt's build left it:
+        excerpts (docs/measurements/latency.md), its first line on a grid of ``PLANNED_WINDOW_GRID`` lines: the
+        planned prompts of a developer typing on start alike, and the engine processes only what changed. The
+        file's session is left as the full prompt's build left it:
         the full prompt is the one filled in behind the answer, and the next keystroke's keeps its steady excerpts
         and held chunks."""
         session = self.sessions.get(request.repository, request.path, view.owner)
@@ -102,6 +110,6 @@ class ContextLibrary:
         smaller = request.model_copy(update={"budget_tokens": budget_tokens,
                                              "features": {**(request.features or {}), "crop": False}})
         try:
-            return await self.build_prompt(smaller, view, retriever)
+            return await self.build_prompt(smaller, view, retriever, window_grid=PLANNED_WINDOW_GRID)
         finally:
             session.restore(state)

@@ -46,12 +46,13 @@ FALLBACK_COUNTS: Counter[str] = Counter()
 
 def in_file_context(text: str, path: str, line: int, column: int, *, count_tokens: TokenCounter,
                     options: AssemblyOptions = DEFAULT_OPTIONS, crop: bool = True, session: FileSession | None = None,
-                    window_lines: int = 200) -> AssembledContext:
+                    window_lines: int = 200, window_grid: int = 1) -> AssembledContext:
     """The in-file context for a cursor at 0-based (line, column) of ``text``, within ``options.budget_tokens``:
     the window unless ``crop``, else the whole file, the assembly, or the window when that fails (unsupported
     language, parse failure, a block over the budget alone, an exception, or more than ``options.timeout_ms`` of
     CPU time). ``session``: the file's (its parsed versions and held excerpts are used and updated); None: one of
-    this call only. ``window_lines``: the window's lines either side of the cursor (the settings' window_lines)."""
+    this call only. ``window_lines``: the window's lines either side of the cursor (the settings' window_lines);
+    ``window_grid``: the window's first line a multiple of it (baseline_window's ``start_grid``)."""
     if session is not None and not session.parsed():
         # A file's first request, no file_opened before it: its warm-up (in proportion to the file) is done outside
         # the assembly's deadline, which is for the work at each keystroke; else a long file's first request would
@@ -60,7 +61,8 @@ def in_file_context(text: str, path: str, line: int, column: int, *, count_token
     t0 = time.perf_counter()
     lang = options.language or detect_language(path, text)
     count_tokens = memoized(count_tokens)
-    ctx = None if crop else _window(text, line, column, count_tokens, options.budget_tokens, window_lines)
+    ctx = None if crop else _window(text, line, column, count_tokens, options.budget_tokens, window_lines,
+                                    grid=window_grid)
     if ctx is None and options.whole_file and lang is not None and is_supported(lang):
         ctx = whole_file_context(text, line, column, count_tokens, options.budget_tokens)
     if ctx is None:
@@ -107,9 +109,10 @@ def in_file_context(text: str, path: str, line: int, column: int, *, count_token
 
 
 def _window(text: str, line: int, column: int, count_tokens: TokenCounter, budget: int, window_lines: int,
-            fallback_reason: str | None = None) -> AssembledContext:
+            fallback_reason: str | None = None, grid: int = 1) -> AssembledContext:
     line, column = clamp_cursor(text, line, column)
-    w = baseline_window(text, line, column, count_tokens=count_tokens, window_lines=window_lines, budget_tokens=budget)
+    w = baseline_window(text, line, column, count_tokens=count_tokens, window_lines=window_lines, budget_tokens=budget,
+                        start_grid=grid)
     return AssembledContext(
         # counted whole: per-line sums (used for packing) overcount at line seams
         prefix=w.prefix, suffix=w.suffix, blocks=[], dropped=[], fallback_reason=fallback_reason,

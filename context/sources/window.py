@@ -66,7 +66,11 @@ def baseline_window(
     count_tokens: Callable[[str], int],
     window_lines: int = 200,
     budget_tokens: int = 1024,
+    start_grid: int = 1,
 ) -> Window:
+    """``start_grid``: the window's first line is a multiple of it (lines are left out of the prefix until it
+    is, and the suffix gets their tokens): the prompts of a developer typing on then start alike, and the engine
+    keeps their shared start cached. 1: the baseline's window, its prefix filled up to its share."""
     lines, before, after = split_at_cursor(text, line, column)
     first = max(0, line - window_lines)
     last = min(len(lines) - 1, line + window_lines)
@@ -79,6 +83,11 @@ def baseline_window(
 
     kept_above, used_before, cut_above = take_while_fits(reversed(above), prefix_budget, used_before, count_tokens)
     kept_above.reverse()
+    start = line - len(kept_above)
+    if start_grid > 1 and start % start_grid:
+        drop = min(len(kept_above), start_grid - start % start_grid)
+        used_before -= sum(count_tokens(kept) for kept in kept_above[:drop])
+        kept_above, cut_above = kept_above[drop:], cut_above or drop > 0
     # The suffix gets what the prefix left over, so a short prefix does not waste budget.
     kept_below, used_after, cut_below = take_while_fits(below, budget_tokens - used_before, used_after,
                                                         count_tokens)

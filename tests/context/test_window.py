@@ -65,3 +65,18 @@ def test_budget_with_the_real_tokenizer(model_path: Path) -> None:
     assert w.truncated
     # summing line counts can differ from counting the whole text by a token at a seam
     assert tok.count(w.prefix) + tok.count(w.suffix) <= 256 + 4
+
+
+def test_a_window_on_a_grid_starts_alike_while_the_developer_types_on_and_keeps_its_budget() -> None:
+    lines = [f"value_{i} = compute({i})\n" for i in range(400)]
+    starts, plain_starts = set(), set()
+    for typed in range(0, 60, 3):  # a developer typing on at line 300: the prefix grows by 3 characters a time
+        text = "".join(lines[:300]) + "x" * typed + "\n" + "".join(lines[300:])
+        gridded = baseline_window(text, 300, typed, count_tokens=chars, budget_tokens=600, start_grid=8)
+        plain = baseline_window(text, 300, typed, count_tokens=chars, budget_tokens=600)
+        assert gridded.start_line % 8 == 0 and gridded.start_line >= plain.start_line
+        assert gridded.tokens <= 600 and gridded.prefix + gridded.suffix in text
+        assert gridded.prefix.endswith("x" * typed) and gridded.truncated
+        starts.add(gridded.start_line)
+        plain_starts.add(plain.start_line)
+    assert len(starts) <= 2 < len(plain_starts)  # the plain window's start moves with nearly every keystroke
