@@ -29,8 +29,8 @@ for up to that credit per keystroke, however much another has queued; two users 
 engine busy get half each.
 Deadlines alone do not share: a flood of long requests that waited past their own deadlines
 would go before every keystroke of a colleague. ``should_give_way`` tells a running request,
-between its prompt chunks and its decode steps, whether the next choice would be another request
-(a user clearly less served, or an eligible request due before it), so it steps aside and is
+between its prompt chunks and its decode steps, whether it should step aside (for a user clearly less
+served, or for a request of its own user due before it), so it steps aside and is
 submitted again with its original ticket. The margin keeps two busy users from trading the engine at every step.
 
 The embedded CPU engine serves one request at a time, so there the scheduler decides order
@@ -170,13 +170,15 @@ class LatencyFirstScheduler(Generic[T]):
     def should_give_way(self, running: Ticket, ran_s: float = 0.0) -> bool:
         """Whether the running request (its ticket; ``ran_s``: engine seconds of this run, not yet
         charged) should step aside: a queued live request of a user clearly less served than its
-        own, or one of an eligible user due before it."""
+        own, or one of its own user's due before it. Not for another user's due earlier within the
+        margin: a flood's requests, long past their own deadlines, are always due first, and a
+        colleague's keystroke gave way to them at every decode step (docs/reliability.md)."""
         if not self._fresh:
             return False
         tags, cap = self._eligibility(running, ran_s)
         if tags[running.tenant] > cap:
             return True
-        return any(tags[e.tenant] <= cap and e.deadline < running.deadline for e in self._fresh)
+        return any(e.tenant == running.tenant and e.deadline < running.deadline for e in self._fresh)
 
     def mean_interarrival_s(self) -> float | None:
         if len(self._arrivals) < 2:

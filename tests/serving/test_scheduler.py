@@ -202,3 +202,22 @@ def test_a_user_back_from_idle_goes_first_for_at_most_the_arrival_credit() -> No
     # his credit (10 s) and her lead (10 s), give or take the margin: not the 100 s she had before he came
     assert 18.0 <= bob_served <= 22.0
     assert s.share.snapshot()[0] > 0  # figures only: no user's name
+
+
+def test_a_running_keystroke_gives_way_to_a_flooders_overdue_requests_only_past_the_margin() -> None:
+    clock = Clock()
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock, margin_s=1.0)
+    s.charge("alice", 10.0)
+    s.charge("bob", 10.5)  # bob has had a little more of the engine: the two are within the margin
+    for i in range(4):
+        s.submit(f"alice {i}", cost_s=8.0, tenant="alice")
+    clock.advance(30_000)  # her requests are long past their deadlines
+    bob = s.submit("bob types", cost_s=2.0, tenant="bob")
+    clock.advance(10)
+    assert s.next_batch(limit=1) == ["alice 0"]  # between two requests: the earliest deadline of either
+    s.charge("alice", 1.6)  # she gave way past the margin
+    clock.advance(10)
+    assert s.next_batch(limit=1) == ["bob types"]
+    assert not s.should_give_way(bob, ran_s=0.4)  # his decode steps do not alternate with her overdue ones
+    assert not s.should_give_way(bob, ran_s=2.0)
+    assert s.should_give_way(bob, ran_s=2.2)  # past the margin ahead of her: her turn
