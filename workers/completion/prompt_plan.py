@@ -141,7 +141,8 @@ class PromptPlanner:
         cached = self.cached_tokens(key, full)
         spare_ms = target - self.speed.decode_ms(max_tokens)
         # what the time buys, uncached: the planned prompt goes to a sequence of its own (planned_key)
-        affordable = int(max(spare_ms, 0.0) / self.speed.prompt_ms_per_token.value)
+        # (a prompt measured as costing nothing, its time all one decode step, buys the full budget)
+        affordable = int(max(spare_ms, 0.0) / max(self.speed.prompt_ms_per_token.value, 1e-3))
         budget = max(self.min_tokens, min(full.budget_tokens, affordable))
         if budget >= full.budget_tokens:
             return None

@@ -80,6 +80,7 @@ class CompletionService:
         self._low_priority = low_priority_executor()  # background.py: what no live request waits for
         self.cancels = Cancels(settings.max_request_bytes)
         self.planner = PromptPlanner(settings.latency_target_ms, settings.plan_min_tokens)
+        self._measuring: asyncio.Task[None] | None = None
         self.fill = FillBehind(engine, self.planner, settings.triton_timeout_s, idle=self.engine_load.idle)
         self.prompts = PlannedPrompts(self.library, self.planner, self.fill, retriever, settings.context_budget_tokens)
         self.file_events = FileEvents(settings, count_tokens, self.files, self.library, self.prompts, self.fill,
@@ -92,6 +93,13 @@ class CompletionService:
                 **self.library.sessions.counts(), "file_token_counts": len(self._file_tokens_cache),
                 "token_memo_entries": memo_entries, "token_memo_chars": memo_chars,
                 **self.cancels.counts(), "follow_ups": len(self.follow_ups)}
+
+    def start_measuring(self) -> asyncio.Task[None]:
+        """The engine measured beside the first requests (``measure_engine``): a request that finds the measurement
+        under way waits for it (``_answer``), so a fresh appliance's first completion is planned too; sent whole
+        without the figures, a cold prompt took ~12 s on 2 cores."""
+        self._measuring = asyncio.create_task(self.measure_engine())
+        return self._measuring
 
     async def measure_engine(self) -> None:
         """One short prompt through the engine, for the plan's first figures (prompt_plan.py); a failure is logged
@@ -155,6 +163,8 @@ class CompletionService:
         started = time.perf_counter()
         self.engine_load.admit(self._time_left(request, received_at), caller.user)  # before the context work, too
         view = caller.view(text, digest)
+        if self._measuring is not None and not self._measuring.done():
+            await asyncio.wait({self._measuring}, timeout=max(0.0, self._time_left(request, received_at)))
         # under load the plan shrinks rather than refuses
         left_ms = (self._time_left(request, received_at) - self.engine_load.expected_wait_s(caller.user)) * 1000
         built, plan, full = await self.prompts.choose(request, view, left_ms)

@@ -77,7 +77,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
                                     max_reconnect_attempts=-1, plaintext_credentials=not settings.nats_tls,
                                     **connect_options)
     tasks: set[asyncio.Task[None]] = set()
-    measuring = asyncio.create_task(service.measure_engine())  # beside the first requests, not before them
+    measuring = service.start_measuring()  # beside the first requests, not before them
     subscriptions = await _subscribe(nc, settings, service, team=grants is not None, tasks=tasks)
     suffix = f".{settings.shard}" if settings.shard is not None else ""
     log.info("completion worker listening on %s (queue %s), Triton at %s", settings.completion_subject + suffix,

@@ -73,3 +73,10 @@ def test_the_held_prompts_are_bounded() -> None:
     for i in range(2000):
         planner.sent(f"k{i}", "x")
     assert len(planner._held) == 512 and "k1999" in planner._held and "k0" not in planner._held
+
+
+def test_a_prompt_measured_as_costing_nothing_plans_without_dividing_by_it() -> None:
+    planner = _measured(prompt_ms=0.0, decode_ms=200.0, tokens=16)  # its first token all one decode step
+    assert planner.speed.prompt_ms_per_token.value == 0.0
+    plan = planner.plan("k", Sized("p" * 4000, 1000, 1024), max_tokens=64, left_ms=10_000)
+    assert plan is not None and plan.budget_tokens == 128  # the decode alone is over the target: the floor

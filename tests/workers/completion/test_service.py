@@ -244,3 +244,15 @@ async def test_a_fill_preempted_every_time_is_never_counted_as_held() -> None:
     assert len(fills) == 21 and not service.planner.holds(fills[0].cache_key)  # bounded: 1 + MAX_RESUMES
     again = json.loads(await service.handle(LONG_ASK, time.perf_counter(), user="bob"))
     assert again["context"]["plan"] is not None  # still planned: the engine does not hold the full prompt
+
+
+async def test_a_request_during_the_engines_first_measurement_waits_for_it_and_is_planned() -> None:
+    engine = ScriptedEngine("helper_1(values)\n", step_s=0.5)  # a slow engine: half a second a token
+    service = CompletionService(Settings(latency_target_ms=100), engine, count_tokens=lambda s: max(1, len(s) // 4),
+                                model_name="m")
+    measuring = service.start_measuring()
+    ask = json.dumps({"repository": "r", "path": "long.py", "text": LONG, "line": LONG.count("\n") - 1,
+                      "column": 11, "max_tokens": 16}).encode()
+    reply = json.loads(await service.handle(ask, time.perf_counter(), user="bob"))
+    assert measuring.done() and engine.requests[0].max_tokens == 4  # the measurement's prompt went first
+    assert reply["context"]["plan"] is not None and reply["context"]["budget_tokens"] < 1024
