@@ -18,9 +18,9 @@ class Feature:
 
 
 REGISTRY: dict[str, Feature] = {}
-# Switches measured and removed (docs/context.md): the v1 wire format named them, so a client that still sends one
-# is not refused for it; it is dropped on arrival and changes nothing.
-RETIRED: frozenset[str] = frozenset({"stable_head", "model_notes"})
+# Switches measured and removed (docs/context.md, docs/inference.md): the v1 wire format named them, so a client
+# that still sends one is not refused for it; it is dropped on arrival and changes nothing.
+RETIRED: frozenset[str] = frozenset({"stable_head", "model_notes", "follow_up"})
 
 
 def register(name: str, description: str, default: bool = True) -> Feature:
@@ -73,8 +73,6 @@ register("constructor_attributes", "the enclosing class's Python constructor, wh
 register("similar", "lines elsewhere in the file that resemble the code at the cursor (rare shared identifiers)")
 register("steady_excerpts", "while the file changes only inside the enclosing block, the excerpts chosen for it "
          "stay as they were, so a keystroke changes only the prompt's tail (and its KV)")
-register("follow_up", "when a suggestion is answered, the one after it (as if it were accepted) is computed "
-         "while nothing else waits on the engine, and answers the request an editor sends after a Tab", default=False)
 register("early_stop", "the engine stops once the text the editor gets can no longer change (a mid-line cursor's "
          "line ended, the code after the cursor re-typed, the block left); off: it runs to max_tokens")
 register("prewarm", "on file_opened with a cursor (an editor's cursor at rest), the prompt for that place is "

@@ -29,7 +29,6 @@ FEEDBACK = Counter("ctxpress_feedback", "IDE feedback on completions", ["action"
 PREWARMED_TOKENS = Counter("ctxpress_prewarmed_tokens",
                            "Prompt tokens processed ahead of time: a cursor's prompt, or the full one behind a plan")
 PLANNED = Counter("ctxpress_planned", "Completions whose prompt was planned smaller than its budget (latency target)")
-FOLLOW_UPS_USED = Counter("ctxpress_follow_ups_used", "Requests answered from the follow-up of the previous answer")
 TELEMETRY_DROPPED = Counter("ctxpress_telemetry_dropped", "Telemetry rows dropped (database down or backlog)")
 CANCELLED = Counter("ctxpress_cancelled", "Completion requests abandoned by their caller (ctxpress.v1.cancel)")
 OVERLOADED = Counter("ctxpress_overloaded",

@@ -1,7 +1,7 @@
 """A typist who accepts what matches: a function body typed back at the typist's pace, and at each pause a
 suggestion asked for; a suggestion the body goes on with is accepted (Tab), and the editor asks again at once
-where it left the cursor. The requests right after an accept are what the follow-up (workers/completion/
-follow_up.py) answers ahead; the scenario ``accept`` of ``ctxpress bench`` replays this with it off and on."""
+where it left the cursor. The scenario ``accept`` of ``ctxpress bench`` replays this and reports the requests right
+after an accept: how many, how fast, and the share answered within 50 ms."""
 
 from __future__ import annotations
 
@@ -25,10 +25,9 @@ MAX_CHAIN = 8
 Send = Callable[[str, int, int], Awaitable[tuple[float, dict[str, Any]]]]
 
 
-async def replay_accepting(path: Path, cfg: BenchConfig, send: Send, progress: Progress,
-                           label: str) -> list[Sample]:
-    """``send(text, line, column)`` asks for a completion; the samples are labelled ``label/typed`` and
-    ``label/after_accept``, each marked whether its suggestion was accepted."""
+async def replay_accepting(path: Path, cfg: BenchConfig, send: Send, progress: Progress) -> list[Sample]:
+    """``send(text, line, column)`` asks for a completion; the samples are labelled ``typed`` and
+    ``after_accept``, each marked whether its suggestion was accepted."""
     text, start, end, pauses = typed_body(path, cfg)
     body = text[start:end]
     samples: list[Sample] = []
@@ -46,8 +45,8 @@ async def replay_accepting(path: Path, cfg: BenchConfig, send: Send, progress: P
             latency, reply = await send(current, *cursor_of(current, start + offset))
             completion = reply.get("completion") or ""
             accept = bool(completion.strip()) and body.startswith(completion, offset)
-            samples.append(Sample(f"{label}/{kind}", latency, reply, accept))
-            progress.advance(f"accept {label} {kind} {latency:.0f} ms{' (accepted)' if accept else ''}")
+            samples.append(Sample(kind, latency, reply, accept))
+            progress.advance(f"accept {kind} {latency:.0f} ms{' (accepted)' if accept else ''}")
             if not accept:
                 break
             offset += len(completion)
@@ -58,8 +57,7 @@ async def replay_accepting(path: Path, cfg: BenchConfig, send: Send, progress: P
 
 def accept_figures(samples: list[Sample]) -> dict[str, Any]:
     """The requests after an accept: how many, how fast, the share answered within 50 ms."""
-    after = [s for s in samples if s.mode.endswith(AFTER_ACCEPT) and "error" not in s.reply]
+    after = [s for s in samples if s.mode == AFTER_ACCEPT and "error" not in s.reply]
     fast = [s for s in after if s.latency_ms <= 50.0]
     return {"accepts": len(after), "within_50ms": len(fast),
-            "share_within_50ms": len(fast) / len(after) if after else None,
-            "precomputed": sum(bool(s.reply.get("context", {}).get("precomputed")) for s in after)}
+            "share_within_50ms": len(fast) / len(after) if after else None}

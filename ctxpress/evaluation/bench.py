@@ -16,7 +16,7 @@ Scenarios (each bounded in requests and seconds):
 - ``kernels``: prompt tokens/s and ms a token per CPU kernel path (AMX / AVX-512 / AVX2, forced), each in
   an engine process of its own, without the appliance (``ctxpress.evaluation.kernel_paths``); runs alone.
 - ``accept``: a typist who accepts the suggestions the body goes on with, the editor asking again right after
-  each accept (``accept_replay.py``); with the follow-up (feature ``follow_up``) off, then on.
+  each accept (``accept_replay.py``): the requests right after an accept, how fast and how many within 50 ms.
 Modes alternate request by request, except in ``typing`` and ``file_switch``, where each mode
 replays the whole session in turn: there the engine's cache state across requests is what is
 measured, and interleaving would let one mode evict the other's cache.
@@ -265,25 +265,19 @@ async def _jump(client: CompletionClient, path: Path, cfg: BenchConfig, progress
     return samples
 
 
-ACCEPT_LABELS = tuple(f"{arm}/{kind}" for arm in ("off", "on") for kind in (TYPED, AFTER_ACCEPT))
+ACCEPT_LABELS = (TYPED, AFTER_ACCEPT)
 
 
 async def _accept(client: CompletionClient, path: Path, cfg: BenchConfig, progress: Progress) -> list[Sample]:
-    """A typist who accepts what matches, with the follow-up off, then on (each arm in a file of its own, so that
-    nothing of one arm's engine cache serves the other)."""
-    samples: list[Sample] = []
-    for arm in ("off", "on"):
-        features = {**(cfg.features or {}), "follow_up": arm == "on"}
-        name = f"accept-{arm}-{path.name}"
+    """A typist who accepts what matches (in a file of its own, so that no other scenario's engine cache serves it)."""
+    name = f"accept-{path.name}"
 
-        async def send(text: str, line: int, column: int, name: str = name,
-                       features: dict[str, bool] = features) -> tuple[float, dict[str, Any]]:
-            return await _send(client, CompletionRequest(
-                repository=path.parent.name, path=name, text=text, line=line, column=column,
-                max_tokens=cfg.max_tokens, mode="optimized", scenario="bench-accept", features=features))
+    async def send(text: str, line: int, column: int) -> tuple[float, dict[str, Any]]:
+        return await _send(client, CompletionRequest(
+            repository=path.parent.name, path=name, text=text, line=line, column=column,
+            max_tokens=cfg.max_tokens, mode="optimized", scenario="bench-accept", features=cfg.features))
 
-        samples += await replay_accepting(path, cfg, send, progress, arm)
-    return samples
+    return await replay_accepting(path, cfg, send, progress)
 
 
 async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Path | None = None,
@@ -293,7 +287,7 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
     sizes = {"short": cfg.requests, "long": cfg.requests, "file_switch": 3 * 2,
              "concurrency": cfg.clients * cfg.requests, "typing": cfg.typing_pauses,
              "team": team_typists(cfg.clients) * cfg.typing_pauses, "reopen": cfg.kv_pool_slots + 3,
-             "jump": cfg.jump_cursors * max(1, len(cfg.jump_layouts)), "accept": 2 * cfg.typing_pauses}
+             "jump": cfg.jump_cursors * max(1, len(cfg.jump_layouts)), "accept": cfg.typing_pauses}
     one_run = ("concurrency", "team", "reopen", "jump", "accept")  # not once per mode
     progress = Progress(sum(sizes[s] * (1 if s in one_run else len(cfg.modes)) for s in scenarios),
                         "bench")
@@ -338,9 +332,7 @@ async def run_bench(cfg: BenchConfig, scenarios: Sequence[str], typing_file: Pat
             if name == "team":
                 results[name]["all"] = summarise(samples, shared)
             if name == "accept":
-                for arm in ("off", "on"):
-                    results[name][f"{arm}/{AFTER_ACCEPT}"].update(
-                        accept_figures([s for s in samples if s.mode.startswith(f"{arm}/")]))
+                results[name][AFTER_ACCEPT].update(accept_figures(samples))
             if name == "reopen" and results[name]["warm"]["latency_ms_p50"]:
                 warm = results[name]["warm"]["latency_ms_p50"]
                 results[name]["reopened"]["vs_warm"] = results[name]["reopened"]["latency_ms_p50"] / warm

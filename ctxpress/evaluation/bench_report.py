@@ -77,7 +77,7 @@ def report_lines(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
             "editor_added_ms_p95", "editor_over_nats_ms_p50", "bridge_added_ms_p50",
             "bridge_added_ms_p95",
             "keystrokes", "requests_sent", "answers_shown", "engine_ms", "engine_ms_on_shown",
-            "superseded_share", "accepts", "within_50ms", "share_within_50ms", "precomputed")
+            "superseded_share", "accepts", "within_50ms", "share_within_50ms")
     lines = []
     for name, modes in results.items():
         lines.append(f"[{name}]" + "".join(f"{m:>14}" for m in modes))

@@ -241,8 +241,6 @@ class ContextReport(BaseModel):
     blocks: list[BlockReport] = Field(default_factory=list)
     dropped: list[BlockReport] = Field(default_factory=list)
     retrieval: dict[str, object] | None = None  # cross-file retrieval: timing, threshold, or why skipped
-    # answered from the follow-up computed when the previous suggestion was answered (feature follow_up)
-    precomputed: bool = False
     plan: PlanReport | None = None  # the prompt was planned smaller than its budget (None: the full budget)
 
 

@@ -60,6 +60,7 @@ def test_file_opened_carries_the_requests_switches_and_refuses_unknown_ones() ->
 
 def test_a_retired_switch_is_accepted_and_dropped() -> None:
     """A switch measured and removed was part of the v1 format: a client still sending it gets its completion."""
+    assert {"stable_head", "model_notes", "follow_up"} <= RETIRED
     for name in RETIRED:
         request = CompletionRequest.model_validate(base(features={name: True, "similar": False}))
         assert request.features == {"similar": False}

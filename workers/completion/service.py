@@ -1,8 +1,7 @@
 """One completion request end to end, like an editor's completion provider: the request off the wire, its text,
 its in-file and cross-file context, admission to the engine, the prompt, the engine's answer and the reply, each
-outcome observed; the answer an editor will ask for next computed ahead (follow_up.py). The worker's other
-subjects have modules of their own, reached through ``CompletionService``: cancel (cancels.py), feedback
-(feedback.py) and file_opened (file_events.py)."""
+outcome observed. The worker's other subjects have modules of their own, reached through ``CompletionService``:
+cancel (cancels.py), feedback (feedback.py) and file_opened (file_events.py)."""
 
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ from workers.completion.feedback import feedback
 from workers.completion.file_events import FileEvents
 from workers.completion.file_store import FileStore
 from workers.completion.fill_behind import FillBehind
-from workers.completion.follow_up import Asked, FollowUps, accepted
 from workers.completion.observe import Observer, observe_retrieval
 from workers.completion.planned_prompts import PlannedPrompts
 from workers.completion.postprocess import CompletionSettled, clean_completion
@@ -76,7 +74,6 @@ class CompletionService:
         self.observe = Observer(telemetry)
         self.engine_load = EngineLoad(slots=settings.kv_pool_slots)
         self._file_tokens_cache: dict[str, int] = {}
-        self.follow_ups = FollowUps()
         self._low_priority = low_priority_executor()  # background.py: what no live request waits for
         self.cancels = Cancels(settings.max_request_bytes)
         self.planner = PromptPlanner(settings.latency_target_ms, settings.plan_min_tokens)
@@ -92,7 +89,7 @@ class CompletionService:
         return {"file_store_files": len(self.files), "file_store_chars": self.files.chars,
                 **self.library.sessions.counts(), "file_token_counts": len(self._file_tokens_cache),
                 "token_memo_entries": memo_entries, "token_memo_chars": memo_chars,
-                **self.cancels.counts(), "follow_ups": len(self.follow_ups)}
+                **self.cancels.counts()}
 
     def start_measuring(self) -> asyncio.Task[None]:
         """The engine measured beside the first requests (``measure_engine``): a request that finds the measurement
@@ -126,7 +123,8 @@ class CompletionService:
             caller = await self._authorize(user, request.repository)
             if task is not None and request.request_id:
                 self.cancels.hold(user, request.request_id, task)
-            response = await self._complete(request, request_id, received_at, caller)
+            text, digest = self._resolve_text(request, caller)
+            response = await self._answer(request, text, digest, request_id, received_at, caller)
             self.observe.completion(request, response, user)
             return response.model_dump_json().encode()
         except asyncio.CancelledError:
@@ -144,18 +142,6 @@ class CompletionService:
                 self.cancels.release(user, request.request_id, task)
         self.observe.error(request, request_id, body, received_at, user)
         return ErrorResponse(error=body).model_dump_json().encode()
-
-    async def _complete(self, request: CompletionRequest, request_id: str, received_at: float,
-                        caller: Caller) -> CompletionResponse:
-        """The answer computed ahead for exactly this request (follow_up.py), else the pipeline; then, when asked
-        for, the follow-up of this answer."""
-        text, digest = self._resolve_text(request, caller)
-        held = self.follow_ups.claim(Asked.of(request, caller.user, digest))  # and every other one is superseded
-        response = await self._held_answer(held, request, request_id, received_at) if held is not None else None
-        if response is None:
-            response = await self._answer(request, text, digest, request_id, received_at, caller)
-        self._follow_up(request, text, response, caller)
-        return response
 
     async def _answer(self, request: CompletionRequest, text: str, digest: str, request_id: str,
                       received_at: float, caller: Caller) -> CompletionResponse:
@@ -182,47 +168,6 @@ class CompletionService:
         prepared.report.file_tokens = await file_tokens
         queue_ms = (started - received_at) * 1000
         return self._response(request, request_id, prepared, result, received_at, queue_ms, context_ms)
-
-    async def _held_answer(self, held: asyncio.Task[CompletionResponse], request: CompletionRequest,
-                           request_id: str, received_at: float) -> CompletionResponse | None:
-        """The follow-up's answer, waited for while it runs (None: it failed, or not within the request's time)."""
-        try:
-            answer = await asyncio.wait_for(asyncio.shield(held), max(0.0, self._time_left(request, received_at)))
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                held.cancel()
-                raise  # the live request itself is cancelled
-            return None
-        except Exception as exc:  # the follow-up failed (the engine busy or down, …): answer afresh
-            held.cancel()
-            log.info(json.dumps({"event": "follow_up_unused", "why": type(exc).__name__}))
-            return None
-        metrics.FOLLOW_UPS_USED.inc()
-        total_ms = (time.perf_counter() - received_at) * 1000
-        report = answer.context.model_copy(update={"precomputed": True})
-        return answer.model_copy(update={"id": request_id, "context": report, "timings": Timings(
-            context_ms=0.0, queue_ms=0.0, prompt_ms=total_ms, decode_ms=0.0, total_ms=total_ms)})
-
-    def _follow_up(self, request: CompletionRequest, text: str, response: CompletionResponse,
-                   caller: Caller) -> None:
-        """Start computing the answer to the request an editor sends after accepting ``response``, when nothing
-        else waits on the engine."""
-        if request.mode != "optimized" or not response.features.get("follow_up") or not response.completion.strip():
-            return
-        if self.engine_load.inflight:
-            return
-        after = accepted(text, request.line, request.column, response.completion)
-        if after is None or len(after[0].encode("utf-8")) > self.settings.max_request_bytes:
-            return
-        new_text, line, column = after
-        follow = request.model_copy(update={"text": new_text, "content_hash": None, "line": line, "column": column,
-                                            "request_id": None, "timeout_ms": None})
-        digest = content_hash(new_text)
-        self.files.put(caller.file_key(digest), new_text)  # an editor that sends the hash alone finds it
-        self.follow_ups.start(Asked.of(follow, caller.user, digest),
-                              self._answer(follow, new_text, digest, uuid.uuid4().hex[:16], time.perf_counter(),
-                                           caller))
 
     async def _authorize(self, user: str | None, repository: str) -> Caller:
         """Team mode: nothing of a request reaches retrieval or the engine unless its user holds a grant for
