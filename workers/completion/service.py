@@ -150,7 +150,9 @@ class CompletionService:
         self.engine_load.admit(self._time_left(request, received_at), caller.user)  # before the context work, too
         view = caller.view(text, digest)
         if self._measuring is not None and not self._measuring.done():
-            await asyncio.wait({self._measuring}, timeout=max(0.0, self._time_left(request, received_at)))
+            # for at most half its time: the other half is its own (an engine that never answers the measurement
+            # leaves the request the time to say so itself)
+            await asyncio.wait({self._measuring}, timeout=max(0.0, self._time_left(request, received_at) / 2))
         # under load the plan shrinks rather than refuses
         left_ms = (self._time_left(request, received_at) - self.engine_load.expected_wait_s(caller.user)) * 1000
         built, plan, full = await self.prompts.choose(request, view, left_ms)
