@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import itertools
 import sys
 import tomllib
@@ -38,7 +37,7 @@ from context.build import ContextLibrary, FileView
 from ctxpress.evaluation.bench import third_party_root
 from ctxpress.evaluation.cases import cut_out
 from ctxpress_core.settings import Settings, get_settings
-from ctxpress_core.wire.v1 import CompletionRequest
+from ctxpress_core.wire.v1 import CompletionRequest, content_hash
 from syntax.warm import warm_up
 from workers.completion.worker import load_tokenizer
 
@@ -168,7 +167,7 @@ def one_request(settings: Settings, count_tokens: Callable[[str], int], after: i
     text, _ = cut_out((third_party_root() / FILE).read_text(encoding="utf-8"), LINE, COLUMN)
     request = CompletionRequest(repository="sqlalchemy", path=FILE, text=text, line=LINE, column=COLUMN)
     library = ContextLibrary(settings, count_tokens, settings.model_name)
-    view = FileView(text, hashlib.sha256(text.encode()).hexdigest(), None, ("sqlalchemy",))
+    view = FileView(text, content_hash(text), None, ("sqlalchemy",))
     if after is not None:
         build(library, request.model_copy(update={"line": after, "column": 0}), view)
     return lambda: build(library, request, view)

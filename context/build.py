@@ -26,6 +26,7 @@ from ctxpress_core.wire.v1 import CompletionRequest
 # prefix shows 4 lines fewer on average, and the start stays put while ~8 lines' worth is typed.
 PLANNED_WINDOW_GRID = 8
 
+
 @dataclass(frozen=True)
 class FileView:
     """The file a request is about, as its reader sees it: one version of its text, and whose view it is
