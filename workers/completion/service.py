@@ -91,10 +91,13 @@ class CompletionService:
                 "token_memo_entries": memo_entries, "token_memo_chars": memo_chars,
                 **self.cancels.counts()}
 
-    def start_measuring(self) -> asyncio.Task[None]:
+    def start_measuring(self) -> asyncio.Task[None] | None:
         """The engine measured beside the first requests (``measure_engine``): a request that finds the measurement
         under way waits for it (``_answer``), so a fresh appliance's first completion is planned too; sent whole
-        without the figures, a cold prompt took ~12 s on 2 cores."""
+        without the figures, a cold prompt took ~12 s on 2 cores. Nothing is measured where nothing is planned
+        (a latency target of 0): the engine's first seconds go to the first requests."""
+        if self.planner.target_ms <= 0:
+            return None
         self._measuring = asyncio.create_task(self.measure_engine())
         return self._measuring
 

@@ -83,7 +83,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     log.info("completion worker listening on %s (queue %s), Triton at %s", settings.completion_subject + suffix,
              settings.completion_queue, settings.effective_triton_url())
     await stop.wait()
-    measuring.cancel()
+    if measuring is not None:
+        measuring.cancel()
     for sub, drain in subscriptions:  # no lost message: finish what was received, then leave the group
         await (sub.drain() if drain else sub.unsubscribe())
     if tasks:

@@ -251,8 +251,18 @@ async def test_a_request_during_the_engines_first_measurement_waits_for_it_and_i
     service = CompletionService(Settings(latency_target_ms=100), engine, count_tokens=lambda s: max(1, len(s) // 4),
                                 model_name="m")
     measuring = service.start_measuring()
+    assert measuring is not None
     ask = json.dumps({"repository": "r", "path": "long.py", "text": LONG, "line": LONG.count("\n") - 1,
                       "column": 11, "max_tokens": 16}).encode()
     reply = json.loads(await service.handle(ask, time.perf_counter(), user="bob"))
     assert measuring.done() and engine.requests[0].max_tokens == 4  # the measurement's prompt went first
     assert reply["context"]["plan"] is not None and reply["context"]["budget_tokens"] < 1024
+
+
+async def test_nothing_is_measured_where_nothing_is_planned() -> None:
+    engine = ScriptedEngine("helper_1(values)\n")
+    service = CompletionService(Settings(latency_target_ms=0), engine, count_tokens=lambda s: max(1, len(s) // 4),
+                                model_name="m")
+    assert service.start_measuring() is None
+    reply = json.loads(await service.handle(LONG_ASK, time.perf_counter(), user="bob"))
+    assert engine.requests[0].max_tokens == 16 and reply["context"]["plan"] is None  # the request went first
