@@ -44,6 +44,7 @@ ENSEMBLE_INPUTS = [
     Tensor("ctx_deadline_ms", "TYPE_INT32", (1,), optional=True),
     Tensor("ctx_template_markers", "TYPE_INT32", (-1,), optional=True),
     Tensor("ctx_cache_salt", "TYPE_STRING", (1,), optional=True),
+    Tensor("ctx_share", "TYPE_FP32", (1,), optional=True),
 ]
 FIGURES = [
     Tensor("ctx_prompt_tokens", "TYPE_INT32", (1,)),
@@ -200,6 +201,9 @@ ORCH_INPUTS = [
     Tensor("ctx_template_markers", "TYPE_INT32", (-1,), optional=True),
     # Whose earlier prompts the reply's cached tokens may count, and (engine_cache_salt) the engine may reuse.
     Tensor("ctx_cache_salt", "TYPE_STRING", (1,), optional=True),
+    # The user's weight in the CPU engine's shares between users: accepted for the wire contract; TensorRT-LLM's
+    # in-flight batching serves requests side by side instead of in turns.
+    Tensor("ctx_share", "TYPE_FP32", (1,), optional=True),
 ]
 ORCH_OUTPUTS = [Tensor("output_ids", "TYPE_INT32", (-1, -1)), Tensor("sequence_length", "TYPE_INT32", (-1,)), *FIGURES]
 
@@ -236,7 +240,8 @@ def ensemble_config(batch: int) -> str:
              "stop_words_list": "_STOP_WORDS_IDS", "temperature": "temperature", "streaming": "stream",
              "ctx_cache_key": "ctx_cache_key", "ctx_speculation": "ctx_speculation",
              "ctx_request_id": "ctx_request_id", "ctx_deadline_ms": "ctx_deadline_ms",
-             "ctx_template_markers": "ctx_template_markers", "ctx_cache_salt": "ctx_cache_salt"},
+             "ctx_template_markers": "ctx_template_markers", "ctx_cache_salt": "ctx_cache_salt",
+             "ctx_share": "ctx_share"},
             {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH",
              **{f.name: f.name for f in FIGURES}},
         ),

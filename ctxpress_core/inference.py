@@ -40,6 +40,10 @@ CTX_TEMPLATE_MARKERS = "ctx_template_markers"
 # requests (TensorRT-LLM) would otherwise tell one user, through that figure, what another one sent. The embedded
 # CPU engine also shares its time between users by this value (serving.engine.scheduler).
 CTX_CACHE_SALT = "ctx_cache_salt"
+# The request's user's weight in those shares (1 by default; below 1 for a user the worker knows to be flooding:
+# workers.fair_share.Flooding), clamped to [CTX_SHARE_MIN, 1].
+CTX_SHARE = "ctx_share"
+CTX_SHARE_MIN = 1 / 64
 # A second model of the embedded server: ``ctx_request_id`` in, the request is abandoned (dropped
 # from the engine's queue, or stopped at its next prompt chunk or decode step, its KV kept).
 CANCEL_MODEL = "ctxpress_cancel"
@@ -62,6 +66,7 @@ COMPLETION_INPUTS: tuple[TensorSpec, ...] = (
     TensorSpec(CTX_DEADLINE_MS, "INT32", (1,), optional=True),
     TensorSpec(CTX_TEMPLATE_MARKERS, "INT32", (-1,), optional=True),
     TensorSpec(CTX_CACHE_SALT, "BYTES", (1,), optional=True),
+    TensorSpec(CTX_SHARE, "FP32", (1,), optional=True),
 )
 
 # Outputs the worker reads.

@@ -125,6 +125,9 @@ class Settings(BaseSettings):
     user_max_inflight: int = Field(default=4, ge=0)
     user_requests_per_s: float = Field(default=20.0, ge=0)  # the token bucket's rate: requests per second per user
     user_request_burst: int = Field(default=40, ge=1)  # the token bucket's size: requests a user may send at once
+    # The engine's weight for a user refused for their share in the last 30 s (one who floods), against 1 for the
+    # others: two users who both keep the engine busy get 1 : this of it (1: no difference).
+    flooding_share: float = Field(default=0.125, gt=0, le=1)
     # Telemetry rows one user may hold in the worker's backlog (of its 20,000): a user's feedback spam drops
     # their own rows, never another user's.
     telemetry_user_backlog: int = Field(default=5_000, ge=1)

@@ -23,7 +23,7 @@ class EngineRequest:
     ``template_markers``: where in ``prompt`` the template put its special tokens (serving.fim.fim_markers):
     the engine reads every other character as text, so a file's own "<|fim_middle|>" cannot steer the model;
     ``cache_salt``: whose earlier prompts the engine may reuse KV from and count as cached (ctxpress_core.inference
-    .CTX_CACHE_SALT)."""
+    .CTX_CACHE_SALT); ``share``: its user's weight in the engine's shares between users (``CTX_SHARE``)."""
 
     prompt: str
     max_tokens: int
@@ -35,6 +35,7 @@ class EngineRequest:
     deadline_ms: int | None = None
     template_markers: Sequence[int] | None = None
     cache_salt: str | None = None
+    share: float = 1.0
 
 
 @dataclass(frozen=True)

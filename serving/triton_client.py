@@ -74,6 +74,8 @@ def _inputs(request: EngineRequest) -> list[grpcclient.InferInput]:
     if request.deadline_ms is not None:
         deadline = np.array([[max(request.deadline_ms, 1)]], dtype=np.int32)
         tensors.append(_tensor(inference.CTX_DEADLINE_MS, "INT32", deadline))
+    if request.share != 1.0:
+        tensors.append(_tensor(inference.CTX_SHARE, "FP32", np.array([[request.share]], dtype=np.float32)))
     if request.template_markers is not None:
         markers = np.array([list(request.template_markers) or [-1]], dtype=np.int32)
         tensors.append(_tensor(inference.CTX_TEMPLATE_MARKERS, "INT32", markers))

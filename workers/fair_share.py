@@ -25,6 +25,31 @@ DEFAULT_INFLIGHT_RETRY_MS = 250
 # Users' entries kept while idle (no request held, bucket full) before such entries are forgotten.
 MAX_IDLE_ENTRIES = 1024
 _EPSILON = 1e-6
+# A user refused for their share within this many seconds is flooding: the engine weighs their requests at
+# ``Settings.flooding_share`` of a colleague's (serving.engine.scheduler), so whoever stays within the limits is
+# served first; one who stops is weighed as anyone again half a minute later.
+FLOODING_WINDOW_S = 30.0
+
+
+class Flooding:
+    """The users refused for their share within the last ``FLOODING_WINDOW_S`` (by this process's limits, or by
+    the gateway in front of it: ``ctxpress_core.wire.v1.HEADER_FLOODING``). Bounded: the oldest are forgotten."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._refused_at: dict[str, float] = {}
+
+    def mark(self, user: str | None) -> None:
+        if user is None:
+            return
+        self._refused_at.pop(user, None)
+        self._refused_at[user] = self._clock()
+        while len(self._refused_at) > MAX_IDLE_ENTRIES:
+            del self._refused_at[next(iter(self._refused_at))]
+
+    def __contains__(self, user: str | None) -> bool:
+        at = self._refused_at.get(user) if user is not None else None
+        return at is not None and self._clock() - at < FLOODING_WINDOW_S
 
 
 @dataclass
@@ -39,7 +64,8 @@ class UserLimits:
     ``burst`` (0 per second: no rate limit), per user. Pure bookkeeping on one event loop (no lock)."""
 
     def __init__(self, max_inflight: int, rate_per_s: float, burst: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, flooding: Flooding | None = None) -> None:
+        self.flooding = flooding if flooding is not None else Flooding(clock)  # marked at each refusal
         self.max_inflight = max_inflight
         self.rate_per_s = rate_per_s
         self.burst = max(1, burst)
@@ -47,13 +73,14 @@ class UserLimits:
         self._users: dict[str | None, _UserState] = {}
 
     @classmethod
-    def requests(cls, settings: Settings) -> UserLimits:
-        return cls(settings.user_max_inflight, settings.user_requests_per_s, settings.user_request_burst)
+    def requests(cls, settings: Settings, flooding: Flooding | None = None) -> UserLimits:
+        return cls(settings.user_max_inflight, settings.user_requests_per_s, settings.user_request_burst,
+                   flooding=flooding)
 
     @classmethod
-    def feedback(cls, settings: Settings) -> UserLimits:
+    def feedback(cls, settings: Settings, flooding: Flooding | None = None) -> UserLimits:
         """Feedback holds nothing in flight; two events per suggestion (shown, then accepted or dismissed)."""
-        return cls(0, 2 * settings.user_requests_per_s, 2 * settings.user_request_burst)
+        return cls(0, 2 * settings.user_requests_per_s, 2 * settings.user_request_burst, flooding=flooding)
 
     def inflight(self, user: str | None) -> int:
         state = self._users.get(user)
@@ -65,6 +92,13 @@ class UserLimits:
         if user is None:
             return
         state = self._state(user)
+        try:
+            self._take(state, inflight_retry_ms)
+        except RateLimited:
+            self.flooding.mark(user)
+            raise
+
+    def _take(self, state: _UserState, inflight_retry_ms: float) -> None:
         if self.max_inflight and state.inflight >= self.max_inflight:
             raise RateLimited(f"{state.inflight} requests of yours are in flight (at most {self.max_inflight} at once)",
                               round(inflight_retry_ms))

@@ -40,9 +40,9 @@ from ctxpress_core.identity import (
     user_subject,
 )
 from ctxpress_core.settings import Settings
-from ctxpress_core.wire.v1 import SUBJECT_FILE_OPENED, ErrorBody, ErrorResponse
+from ctxpress_core.wire.v1 import HEADER_FLOODING, SUBJECT_FILE_OPENED, ErrorBody, ErrorResponse
 from workers import replies
-from workers.fair_share import UserLimits
+from workers.fair_share import Flooding, UserLimits
 from workers.process import run_service
 from workers.sharding import shard_for
 
@@ -58,10 +58,12 @@ NO_WORKER_PAUSE_S = 0.25
 MAX_ID_CHARS = 128
 # A request larger than this is read on a thread: the event loop keeps relaying others' replies meanwhile.
 PARSE_ON_THREAD_BYTES = 64 * 1024
-# A refusal (over the user's share, too large) is answered after its retry-after, at most this long: a client that
-# asks again as soon as it is refused (a flood waits for each answer) is slowed to the rate it is allowed, instead
-# of costing the appliance's cores a refusal at a time. Beyond TARPIT_PER_USER refusals held for one user, the
-# others are answered at once (holding them is memory).
+# A refusal (over the user's share, too large) is answered after its retry-after, at least TARPIT_MIN_MS and at most
+# TARPIT_MAX_MS: a client that asks again as soon as it is refused (a flood waits for each answer) is slowed to a
+# few refusals a second per request it keeps open, instead of costing the appliance's cores a refusal at a time (a
+# retry-after of a token bucket's refill is a few milliseconds). Beyond TARPIT_PER_USER refusals held for one user,
+# the others are answered at once (holding them is memory).
+TARPIT_MIN_MS = 500
 TARPIT_MAX_MS = 2000
 TARPIT_PER_USER = 64
 
@@ -121,9 +123,10 @@ class Gateway:
         self.settings = settings
         self.shards = settings.shards
         self.served: OrderedDict[tuple[str, str], int] = OrderedDict()
-        self.limits = UserLimits.requests(settings)
-        self.feedback_limits = UserLimits.feedback(settings)
-        self.cancel_limits = UserLimits.feedback(settings)  # a cancel per superseded keystroke at most
+        self.flooding = Flooding()  # users refused lately: their requests tell the shard (HEADER_FLOODING)
+        self.limits = UserLimits.requests(settings, self.flooding)
+        self.feedback_limits = UserLimits.feedback(settings, self.flooding)
+        self.cancel_limits = UserLimits.feedback(settings, self.flooding)  # a cancel per superseded keystroke at most
         self._tarpitted: Counter[str | None] = Counter()  # refusals held back, per user
 
     async def admitted(self, user: str | None, data: bytes, work: Callable[[Head], Awaitable[bytes]],
@@ -145,13 +148,13 @@ class Gateway:
             return await work(await self.head_of(data))
 
     async def tarpit(self, user: str | None, delay_ms: float, refusal: bytes) -> bytes:
-        """``refusal``, answered after ``delay_ms`` (at most ``TARPIT_MAX_MS``) while the user has fewer than
-        ``TARPIT_PER_USER`` refusals waiting, else at once."""
+        """``refusal``, answered after ``delay_ms`` (within ``TARPIT_MIN_MS`` .. ``TARPIT_MAX_MS``) while the user has
+        fewer than ``TARPIT_PER_USER`` refusals waiting, else at once."""
         if self._tarpitted[user] >= TARPIT_PER_USER:
             return refusal
         self._tarpitted[user] += 1
         try:
-            await asyncio.sleep(min(delay_ms, TARPIT_MAX_MS) / 1000)
+            await asyncio.sleep(max(TARPIT_MIN_MS, min(delay_ms, TARPIT_MAX_MS)) / 1000)
         finally:
             self._tarpitted[user] -= 1
             if not self._tarpitted[user]:
@@ -173,7 +176,7 @@ class Gateway:
             self.served.popitem(last=False)
 
     async def relay(self, data: bytes, subject_of: Callable[[int], str], head: Head,
-                    shard: int | None = None) -> tuple[bytes, int]:
+                    shard: int | None = None, headers: dict[str, str] | None = None) -> tuple[bytes, int]:
         """The reply of ``shard`` or, if it is down (no worker subscribed there, or its worker cannot reach its
         engine), of the shard the file would have without it, once: rendezvous hashing moves only the dead shard's
         files, and there is nothing to forget when it comes back. When no shard has a worker at all (a NATS node
@@ -181,21 +184,22 @@ class Gateway:
         first = route_head(head, self.shards) if shard is None else shard
         deadline = time.monotonic() + NO_WORKER_GRACE_S
         while True:
-            payload, shard = await self._relay_once(data, subject_of, head, first)
+            payload, shard = await self._relay_once(data, subject_of, head, first, headers)
             if payload is not None:
                 return payload, shard
             if time.monotonic() >= deadline:
                 return error_payload(ErrorCode.INFERENCE_UNAVAILABLE, f"shard {shard} did not answer"), shard
             await asyncio.sleep(NO_WORKER_PAUSE_S)
 
-    async def _relay_once(self, data: bytes, subject_of: Callable[[int], str], head: Head,
-                          shard: int) -> tuple[bytes | None, int]:
+    async def _relay_once(self, data: bytes, subject_of: Callable[[int], str], head: Head, shard: int,
+                          headers: dict[str, str] | None = None) -> tuple[bytes | None, int]:
         """The reply of ``shard``, or of the next shard when it is down, and the shard that gave it; None when
         neither has a worker."""
         payload: bytes | None = None
         for attempt in range(2):
             try:
-                reply = await self.nc.request(subject_of(shard), data, timeout=self.settings.triton_timeout_s + 10)
+                reply = await self.nc.request(subject_of(shard), data, timeout=self.settings.triton_timeout_s + 10,
+                                              headers=headers)
                 payload = reply.data
                 if not engine_unavailable(payload):
                     return payload, shard
@@ -229,8 +233,9 @@ class Gateway:
     async def _team_request(self, msg: Msg, user: str, head: Head) -> bytes:
         shard = route_head(head, self.shards)
         self.remember(user, head.request_id, shard)  # a cancel may come before the reply
+        flooding = {HEADER_FLOODING: "1"} if user in self.flooding else None
         payload, shard = await self.relay(msg.data, lambda shard: forwarded_to_shard(msg.subject, user, shard), head,
-                                          shard)
+                                          shard, flooding)
         self.remember(user, head.request_id, shard)
         return payload
 

@@ -195,7 +195,12 @@ async def team_appliance(home: Path, engine: CompletionEngine, count_tokens: Cal
                 yield tuple(users)
             finally:
                 gateway.terminate()
-                await asyncio.wait_for(gateway.wait(), 30)
+                try:
+                    await asyncio.wait_for(gateway.wait(), 30)
+                except TimeoutError:  # still draining a flood's backlog: the figures are taken, stop it
+                    print("fairness: the gateway was not stopped 30 s after SIGTERM; killed", file=sys.stderr)
+                    gateway.kill()
+                    await gateway.wait()
     finally:
         if nats_part is not None:
             nats_part.stop()

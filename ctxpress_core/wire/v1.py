@@ -273,6 +273,10 @@ class Feedback(Inbound):
 
 SUBJECT_FILE_OPENED = "ctxpress.v1.file_opened"
 SUBJECT_CANCEL = "ctxpress.v1.cancel"
+# Set by the gateway on a request it forwards to a shard for a user it refused for their share in the last
+# ``workers.fair_share.FLOODING_WINDOW_S``: the worker sends that user's requests to the engine at a reduced weight.
+# Read on shard subjects only (only the gateway may publish there).
+HEADER_FLOODING = "Ctxpress-Flooding"
 
 
 class CancelRequest(Inbound):

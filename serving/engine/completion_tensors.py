@@ -5,6 +5,7 @@ Names and shapes are TensorRT-LLM's ``ensemble`` plus our figures (``ctxpress_co
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,11 @@ def _scalar(inputs: dict[str, np.ndarray], name: str, default: Any) -> Any:
     if value is None or value.size == 0:
         return default
     return value.reshape(-1)[0]
+
+
+def _share(raw: Any) -> float:
+    value = float(raw)
+    return min(1.0, max(inference.CTX_SHARE_MIN, value)) if math.isfinite(value) else 1.0
 
 
 def text_value(inputs: dict[str, np.ndarray], name: str) -> str:
@@ -71,6 +77,7 @@ class CompletionInputs:
     markers: list[int] | None  # where the template's special tokens are (None: parse the whole prompt)
     request_id: str | None
     tenant: str | None  # whose request it is, for the engine's shares between users (the cache salt's keyed hash)
+    share: float  # the tenant's weight in those shares (inference.CTX_SHARE)
 
     @classmethod
     def of(cls, inputs: dict[str, np.ndarray]) -> CompletionInputs:
@@ -88,4 +95,5 @@ class CompletionInputs:
             markers=None if raw_markers is None else [int(m) for m in np.asarray(raw_markers).reshape(-1)],
             request_id=text_value(inputs, inference.CTX_REQUEST_ID) or None,
             tenant=text_value(inputs, inference.CTX_CACHE_SALT) or None,
+            share=_share(_scalar(inputs, inference.CTX_SHARE, 1.0)),
         )

@@ -3,7 +3,7 @@ shared between users."""
 
 from __future__ import annotations
 
-from serving.engine.scheduler import LatencyFirstScheduler
+from serving.engine.scheduler import LatencyFirstScheduler, Ticket
 
 
 class Clock:
@@ -221,3 +221,62 @@ def test_a_running_keystroke_gives_way_to_a_flooders_overdue_requests_only_past_
     assert not s.should_give_way(bob, ran_s=0.4)  # his decode steps do not alternate with her overdue ones
     assert not s.should_give_way(bob, ran_s=2.0)
     assert s.should_give_way(bob, ran_s=2.2)  # past the margin ahead of her: her turn
+
+
+BOB_WORK_S, BOB_READING_S = 2.0, 0.5
+
+
+def _bobs_mean_latency_s(alice_share: float, seconds: float = 600.0) -> float:
+    """bob types: a request of 2 s of engine time, then 0.5 s of reading before the next; alice keeps four 30 s
+    requests queued, each charged at ``alice_share`` of her engine time (what ``CompletionJob`` does with the
+    request's ``ctx_share``). The engine runs in 0.1 s steps, asking ``should_give_way`` between them."""
+    clock = Clock()
+    s: LatencyFirstScheduler[str] = LatencyFirstScheduler(clock=clock)
+    share = {"alice": alice_share, "bob": 1.0}
+    left: dict[str, float] = {}
+    tickets: dict[str, Ticket] = {}
+
+    def ask(name: str, tenant: str, work_s: float) -> None:
+        left[name] = work_s
+        tickets[name] = s.submit(name, cost_s=work_s, tenant=tenant)
+
+    for i in range(4):
+        ask(f"alice {i}", "alice", 30.0)
+    end, asked_at, next_ask, latencies, n = clock.now + seconds, None, clock.now, [], 0
+    running: str | None = None
+    ran = 0.0
+    while clock.now < end:
+        if asked_at is None and clock.now >= next_ask:
+            n += 1
+            ask(f"bob {n}", "bob", BOB_WORK_S)
+            asked_at = clock.now
+        if running is None:
+            clock.advance(10)  # the gathering window
+            chosen = s.next_batch(limit=1)
+            if not chosen:
+                continue
+            running, ran = chosen[0], 0.0
+        tenant = tickets[running].tenant
+        assert tenant is not None
+        clock.advance(100)
+        ran += 0.1
+        left[running] -= 0.1
+        if left[running] <= 1e-9:
+            s.charge(tenant, ran / share[tenant])
+            if tenant == "bob":
+                latencies.append(clock.now - asked_at)
+                asked_at, next_ask = None, clock.now + BOB_READING_S
+            else:
+                ask(f"alice {len(left)}", "alice", 30.0)
+            running = None
+        elif s.should_give_way(tickets[running], ran / share[tenant]):
+            s.charge(tenant, ran / share[tenant])
+            s.submit(running, ticket=tickets[running])
+            running = None
+    return sum(latencies) / len(latencies)
+
+
+def test_a_flooder_weighed_below_a_typist_costs_him_little_where_equal_weights_split_the_engine() -> None:
+    equal, weighed = _bobs_mean_latency_s(1.0), _bobs_mean_latency_s(1 / 8)
+    assert equal > 1.5 * BOB_WORK_S  # his demand (4/5 of the engine) is above half: equal shares make him wait
+    assert weighed < 1.2 * BOB_WORK_S

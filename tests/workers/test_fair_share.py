@@ -10,7 +10,7 @@ from ctxpress_core.errors import ErrorCode, RateLimited, RequestError
 from ctxpress_core.settings import Settings
 from ctxpress_core.wire.v1 import ErrorBody, ErrorResponse
 from workers.completion.engine_load import EngineLoad
-from workers.fair_share import UserLimits
+from workers.fair_share import FLOODING_WINDOW_S, MAX_IDLE_ENTRIES, Flooding, UserLimits
 from workers.telemetry import TelemetryWriter
 
 
@@ -150,3 +150,30 @@ def test_another_users_long_requests_do_not_make_a_short_one_look_late() -> None
         assert load.expected_wait_s("bob") == 0.5
         load.admit(5.0, "bob")
         assert load.expected_wait_s("alice") == 40.0
+
+
+def test_a_refused_user_is_flooding_for_the_window_and_others_are_not() -> None:
+    clock = Clock()
+    limits = UserLimits(max_inflight=0, rate_per_s=1, burst=1, clock=clock)
+    limits.take("alice")
+    limits.take("bob")
+    with pytest.raises(RateLimited):
+        limits.take("alice")
+    assert "alice" in limits.flooding and "bob" not in limits.flooding and None not in limits.flooding
+    clock.now += FLOODING_WINDOW_S - 1
+    assert "alice" in limits.flooding
+    clock.now += 2
+    assert "alice" not in limits.flooding  # she stopped: weighed as anyone again
+
+
+def test_the_flooding_record_is_shared_by_a_processs_limits_and_bounded() -> None:
+    clock = Clock()
+    flooding = Flooding(clock)
+    feedback = UserLimits(max_inflight=0, rate_per_s=1, burst=1, clock=clock, flooding=flooding)
+    feedback.take("carol")
+    with pytest.raises(RateLimited):
+        feedback.take("carol")  # feedback spam marks her for her requests too
+    assert "carol" in UserLimits(max_inflight=4, rate_per_s=0, burst=1, clock=clock, flooding=flooding).flooding
+    for i in range(MAX_IDLE_ENTRIES + 10):
+        flooding.mark(f"user{i}")
+    assert "carol" not in flooding and f"user{MAX_IDLE_ENTRIES + 9}" in flooding

@@ -39,6 +39,7 @@ from workers.completion.planned_prompts import PlannedPrompts
 from workers.completion.postprocess import CompletionSettled, clean_completion
 from workers.completion.prompt_plan import PromptPlanner, calibration_prompt
 from workers.completion.request import parse_request
+from workers.fair_share import Flooding
 from workers.grants import Caller, Grants
 from workers.telemetry import TelemetryWriter
 
@@ -76,6 +77,8 @@ class CompletionService:
         self._file_tokens_cache: dict[str, int] = {}
         self._low_priority = low_priority_executor()  # background.py: what no live request waits for
         self.cancels = Cancels(settings.max_request_bytes)
+        # users refused for their share lately (the worker's limits, or the gateway's): weighed below the others
+        self.flooding = Flooding()
         self.planner = PromptPlanner(settings.latency_target_ms, settings.plan_min_tokens)
         self._measuring: asyncio.Task[None] | None = None
         self.fill = FillBehind(engine, self.planner, settings.triton_timeout_s, idle=self.engine_load.idle)
@@ -211,7 +214,8 @@ class CompletionService:
                 return await complete(self.engine, EngineRequest(
                     built.layout.text, request.max_tokens, stop_words=STOP_WORDS, cache_key=built.cache_key,
                     speculation=built.speculation, request_id=uuid.uuid4().hex, deadline_ms=int(left_s * 1000),
-                    template_markers=built.layout.markers, cache_salt=built.cache_salt),
+                    template_markers=built.layout.markers, cache_salt=built.cache_salt,
+                    share=self.settings.flooding_share if user in self.flooding else 1.0),
                     settled=settled if built.prepared.features.get("early_stop", False) else None,
                     max_decode_ms=request.max_decode_ms)
         except CtxpressError:

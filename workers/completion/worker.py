@@ -29,7 +29,7 @@ from ctxpress_core.identity import (
     user_subject,
 )
 from ctxpress_core.settings import Settings
-from ctxpress_core.wire.v1 import SUBJECT_CANCEL, SUBJECT_FILE_OPENED
+from ctxpress_core.wire.v1 import HEADER_FLOODING, SUBJECT_CANCEL, SUBJECT_FILE_OPENED
 from serving.triton_client import AsyncTritonEmbedder, TritonCompletionClient
 from syntax.warm import warm_up
 from workers import metrics, replies
@@ -100,13 +100,16 @@ async def _subscribe(nc: Client, settings: Settings, service: CompletionService,
     """Every subject the worker serves, in the order they are let go at stop, each with whether it is
     drained (its received messages answered first) or only unsubscribed."""
 
-    limits, feedback_limits = UserLimits.requests(settings), UserLimits.feedback(settings)
+    limits = UserLimits.requests(settings, service.flooding)
+    feedback_limits = UserLimits.feedback(settings, service.flooding)
 
     def retry_ms() -> float:  # a request held now is likely done in about the engine's time for one
         return service.engine_load.mean_s * 1000
 
     async def reply(msg: Msg, received_at: float) -> None:
         user = subject_user(msg.subject)
+        if settings.shard is not None and msg.headers and HEADER_FLOODING in msg.headers:  # only the gateway's
+            service.flooding.mark(user)
         payload = await within_share(limits, user, lambda: service.handle(msg.data, received_at, user), retry_ms())
         if msg.reply:
             await msg.respond(payload)
