@@ -4,10 +4,13 @@ headless Chromium, typing with the keyboard against the real appliance. The exte
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -158,3 +161,71 @@ def test_typing_replay_through_vscode(code_server: str, tmp_path: Path, artifact
         assert at_end in bench.lines(), f"{at_end!r} is not in the editor as typed: {bench.lines()}"
     record(latency_report, "VS Code 1.100 (code-server) → ctxpress lsp", latencies)
     print(f"VS Code replay: {[round(ms) for ms in latencies]} ms, p50 {statistics.median(latencies):.0f} ms")
+
+
+class FileOpenedLog:
+    """Every ``file_opened`` published on the appliance's NATS while it runs (a plain subscriber gets a copy beside
+    the worker's queue group), collected on a thread of its own: the VS Code tests are synchronous."""
+
+    def __init__(self, nats_url: str) -> None:
+        self.nats_url = nats_url
+        self.events: list[dict[str, Any]] = []
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _run(self) -> None:
+        import nats
+
+        from ctxpress_core.wire.v1 import SUBJECT_FILE_OPENED
+
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        client = await nats.connect(self.nats_url, connect_timeout=5)
+
+        async def seen(msg: Any) -> None:
+            self.events.append(json.loads(msg.data))
+
+        await client.subscribe(SUBJECT_FILE_OPENED, cb=seen)
+        self._ready.set()
+        await self._stop.wait()
+        await client.close()
+
+    def __enter__(self) -> FileOpenedLog:
+        self._thread.start()
+        assert self._ready.wait(10), "could not subscribe to the appliance's NATS"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+def prewarmed_tokens(appliance: Appliance) -> float:
+    """The worker's count of prompt tokens it processed ahead of a request (pre-warms and fills)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{appliance.settings.worker_metrics_port}/metrics",
+                                timeout=10) as reply:
+        body = reply.read().decode()
+    return sum(float(line.split()[-1]) for line in body.splitlines()
+               if line.startswith("ctxpress_prewarmed_tokens_total"))
+
+
+def test_a_jump_in_vscode_has_the_appliance_prepare_the_prompt_where_the_cursor_rests(
+        appliance: Appliance, code_server: str, repo: Path) -> None:
+    """The extension's ``ctxpress/cursorRest``, from a real VS Code: after a jump (Go to Line) the cursor rests, the
+    extension tells ``ctxpress lsp``, which publishes the file with that place (``file_opened`` with a line and a
+    column), and the worker processes that place's prompt before any keystroke (its pre-warmed tokens grow)."""
+    before = prewarmed_tokens(appliance)
+    with FileOpenedLog(appliance.settings.effective_nats_url()) as opened, workbench(code_server, repo) as bench:
+        bench.open_file("pkg/math_utils.py")
+        bench.go_to(3, 5)  # the blank line of the body, 1-based as VS Code shows it
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(e.get("line") is not None for e in opened.events):
+            time.sleep(0.2)
+        rested = [(e["path"], e["line"], e["column"]) for e in opened.events if e.get("line") is not None]
+        assert rested and rested[-1] == ("pkg/math_utils.py", 2, 4), opened.events
+        deadline = time.monotonic() + GHOST_TIMEOUT_S
+        while time.monotonic() < deadline and prewarmed_tokens(appliance) <= before:
+            time.sleep(0.5)
+        assert prewarmed_tokens(appliance) > before
