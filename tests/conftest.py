@@ -9,6 +9,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -89,6 +90,15 @@ class Appliance:
 
     def ctxpress(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return ctxpress(self.env, *args, timeout=timeout)
+
+    def worker_metric(self, name: str) -> float:
+        """The completion worker's unlabelled Prometheus sample ``name`` (0 before it is first counted)."""
+        url = f"http://127.0.0.1:{self.settings.worker_metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith(f"{name} "):
+                    return float(line.split()[1])
+        return 0.0
 
 
 def settings_from_env(env: dict[str, str]) -> Settings:

@@ -10,7 +10,6 @@ import statistics
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -204,11 +203,7 @@ class FileOpenedLog:
 
 def prewarmed_tokens(appliance: Appliance) -> float:
     """The worker's count of prompt tokens it processed ahead of a request (pre-warms and fills)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{appliance.settings.worker_metrics_port}/metrics",
-                                timeout=10) as reply:
-        body = reply.read().decode()
-    return sum(float(line.split()[-1]) for line in body.splitlines()
-               if line.startswith("ctxpress_prewarmed_tokens_total"))
+    return appliance.worker_metric("ctxpress_prewarmed_tokens_total")
 
 
 def test_a_jump_in_vscode_has_the_appliance_prepare_the_prompt_where_the_cursor_rests(

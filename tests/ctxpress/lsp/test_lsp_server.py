@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -230,12 +229,7 @@ async def test_an_inline_client_s_word_completion_does_not_supersede_its_inline_
 
 def cancelled_in_worker(appliance: Appliance) -> float:
     """The completion worker's count of requests abandoned by their caller (Prometheus)."""
-    url = f"http://127.0.0.1:{appliance.settings.worker_metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith("ctxpress_cancelled_total "):
-                return float(line.split()[1])
-    return 0.0
+    return appliance.worker_metric("ctxpress_cancelled_total")
 
 
 async def test_superseded_and_cancelled_requests_are_abandoned_in_the_appliance(
