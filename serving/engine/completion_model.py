@@ -169,7 +169,12 @@ class CompletionJob:
         if self.watch.abandoned():
             return True
         return (self.by_deadline and self.ticket is not None
-                and self.model.should_give_way(self.ticket, (time.perf_counter() - self._run_started) / self.req.share))
+                and self.model.should_give_way(self.ticket, self._charged_s()))
+
+    def _charged_s(self) -> float:
+        """This run's engine seconds as its user's share counts them: a user weighed below others (``req.share``)
+        is charged more for each second served."""
+        return (time.perf_counter() - self._run_started) / self.req.share
 
     def run(self, carried: GaveWay | None = None) -> None:
         """On the engine thread; its time is charged to the request's user, whatever the outcome."""
@@ -179,8 +184,7 @@ class CompletionJob:
         try:
             self._run(carried)
         finally:
-            # a user weighed below others is charged more engine time for each second served
-            self.model.charge(self.req.tenant, (time.perf_counter() - self._run_started) / self.req.share)
+            self.model.charge(self.req.tenant, self._charged_s())
 
     def _run(self, carried: GaveWay | None) -> None:
         req, started = self.req, self._run_started
